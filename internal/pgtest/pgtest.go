@@ -1,0 +1,245 @@
+// Package pgtest gives tests a real, migrated PostgreSQL database of their
+// own, with no set-up.
+//
+// When PAYORCH_TEST_DATABASE_URL is unset, the first test that asks for a
+// database starts one throw-away cluster for the whole test binary (from the
+// machine's PostgreSQL binaries, on a Unix socket in a temporary folder, so
+// test binaries that `go test` runs in parallel never collide). Either way a
+// template database is migrated once per binary and every test gets its own
+// database cloned from it, dropped when the test ends. Main stops the cluster
+// and removes its files when the binary exits.
+//
+// Tests never skip for lack of a database: if none can be had, they fail.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/internal/pgcluster"
+	"github.com/payorch/payorch/migrations"
+)
+
+// EnvURL names the variable that points the tests at an existing server
+// (a URL whose user may create databases).
+const EnvURL = "PAYORCH_TEST_DATABASE_URL"
+
+var (
+	mainCalled bool
+
+	startOnce sync.Once
+	startErr  error
+	baseURL   *url.URL           // admin connection, database replaced per use
+	cluster   *pgcluster.Cluster // nil when EnvURL is set
+	clusterTo string             // its temporary folder
+	prefix    string             // unique per test binary
+	template  string
+
+	createMu sync.Mutex // CREATE DATABASE … TEMPLATE needs the template idle
+)
+
+// Main runs the tests of a package and then stops the cluster, if one was
+// started. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+func Main(m *testing.M) {
+	mainCalled = true
+	code := m.Run()
+	shutdown()
+	os.Exit(code)
+}
+
+func start() error {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	prefix = "t" + hex.EncodeToString(b)
+	template = prefix + "_template"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	if raw := os.Getenv(EnvURL); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme == "" {
+			return fmt.Errorf("pgtest: %s must be a postgres:// URL", EnvURL)
+		}
+		baseURL = u
+	} else {
+		dir, err := os.MkdirTemp("", "payorch-pg-")
+		if err != nil {
+			return err
+		}
+		clusterTo = dir
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Config{
+			DataDir:   filepath.Join(dir, "data"),
+			SocketDir: filepath.Join(dir, "run"),
+			NoSync:    true,
+			Settings: map[string]string{
+				"fsync":                "off",
+				"synchronous_commit":   "off",
+				"full_page_writes":     "off",
+				"max_connections":      "300",
+				"shared_buffers":       "128MB",
+				"log_min_messages":     "warning",
+				"log_line_prefix":      "%m [%p] %d ",
+				"idle_session_timeout": "0",
+			},
+		})
+		if err != nil {
+			return err
+		}
+		cluster = c
+		u, _ := url.Parse(c.ConnString("postgres"))
+		baseURL = u
+	}
+
+	// Build the migrated template once.
+	admin, err := pgx.Connect(ctx, urlFor("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgtest: connect: %w", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{template}.Sanitize()); err != nil {
+		return fmt.Errorf("pgtest: create template: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, urlFor(template))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := migrations.New(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+func shutdown() {
+	if baseURL == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if cluster != nil {
+		_ = cluster.Stop(ctx)
+		_ = os.RemoveAll(clusterTo)
+		return
+	}
+	// An external server: drop what this binary created.
+	admin, err := pgx.Connect(ctx, urlFor("postgres"))
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", prefix+"%")
+	if err != nil {
+		return
+	}
+	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, n := range names {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)")
+	}
+}
+
+func urlFor(db string) string {
+	u := *baseURL
+	u.Path = "/" + db
+	return u.String()
+}
+
+func ensure(t testing.TB) {
+	t.Helper()
+	if !mainCalled {
+		t.Fatal("pgtest: call pgtest.Main(m) from TestMain in this package")
+	}
+	startOnce.Do(func() { startErr = start() })
+	if startErr != nil {
+		t.Fatalf("pgtest: no database: %v", startErr)
+	}
+}
+
+// newDatabase creates a database (a clone of the migrated template, or empty
+// when migrated is false) that is dropped when t ends, and returns its URL.
+func newDatabase(t testing.TB, migrated bool) string {
+	t.Helper()
+	ensure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := prefix + "_" + hex.EncodeToString(b)
+	src := "template0"
+	if migrated {
+		src = template
+	}
+	admin, err := pgx.Connect(ctx, urlFor("postgres"))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	createMu.Lock()
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{src}.Sanitize())
+	createMu.Unlock()
+	if err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, urlFor("postgres"))
+		if err != nil {
+			return // the cluster is going away with the binary anyway
+		}
+		defer admin.Close(ctx)
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return urlFor(name)
+}
+
+// URL returns the URL of a new migrated database of t's own.
+func URL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, true)
+}
+
+// EmptyURL returns the URL of a new database with no schema at all.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, false)
+}
+
+// DB returns a pool on a new migrated database of t's own, closed when t
+// ends.
+func DB(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return Pool(t, URL(t))
+}
+
+// Pool opens a pool on dbURL that is closed when t ends.
+func Pool(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
