@@ -37,7 +37,7 @@ func New(pool *pgxpool.Pool) (*Migrator, error) {
 	db := stdlib.OpenDBFromPool(pool)
 	locker, err := lock.NewPostgresSessionLocker(
 		lock.WithLockID(lockID),
-		lock.WithLockTimeout(1, 600),   // try every second for up to ten minutes
+		lock.WithLockTimeout(1, 600), // try every second for up to ten minutes
 		lock.WithUnlockTimeout(1, 60),
 	)
 	if err != nil {

@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+const principalKey = "payorch.principal"
+
+// authenticate turns `Authorization: Bearer <key>` into the request's
+// Principal. Errors: unauthorized.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		scheme, key, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+			return orchestrator.Errorf(orchestrator.CodeUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
+		}
+		req := c.Request()
+		p, err := s.svc.Authenticate(req.Context(), strings.TrimSpace(key))
+		if err != nil {
+			return err
+		}
+		attrs := []slog.Attr{slog.String("api_key_id", p.KeyID), slog.String("role", string(p.Role))}
+		if p.TenantID != 0 {
+			attrs = append(attrs, slog.Int64("tenant_id", p.TenantID))
+		}
+		c.SetRequest(req.WithContext(orchestrator.WithLogAttrs(req.Context(), attrs...)))
+		c.Set(principalKey, p)
+		return next(c)
+	}
+}
+
+// principal returns the authenticated caller; only valid behind
+// authenticate.
+func principal(c echo.Context) orchestrator.Principal {
+	p, _ := c.Get(principalKey).(orchestrator.Principal)
+	return p
+}
+
+// requireRole lets through only callers with one of roles. Errors:
+// forbidden.
+func requireRole(roles ...orchestrator.Role) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if p := principal(c); !slices.Contains(roles, p.Role) {
+				return orchestrator.Errorf(orchestrator.CodeForbidden, "a %s key may not do this", p.Role)
+			}
+			return next(c)
+		}
+	}
+}

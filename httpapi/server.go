@@ -1,0 +1,148 @@
+// Package httpapi is payorch's HTTP interface: an Echo v4 server with
+// request ids, structured request logs, panic recovery, body limits, JSON
+// content-type checks, API key authentication and roles, per-key rate
+// limits, and one error handler that writes every error as
+// application/problem+json with the codes of orchestrator.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/payorch/payorch/migrations"
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// Config wires a Server.
+type Config struct {
+	Service *orchestrator.Service
+	// Migrator answers /readyz's "are migrations current"; nil skips that
+	// check.
+	Migrator *migrations.Migrator
+	Logger   *slog.Logger
+	// RateLimit is the sustained requests per second allowed per API key,
+	// with a burst of twice that; 0 turns rate limiting off.
+	RateLimit float64
+	// ShutdownTimeout bounds how long in-flight requests may take to finish
+	// on shutdown. Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// Clock defaults to time.Now.
+	Clock func() time.Time
+}
+
+// MaxBodyBytes is the largest request body accepted (SPEC: Errors).
+const MaxBodyBytes = 64 << 10
+
+// Server is payorch's HTTP API.
+type Server struct {
+	echo     *echo.Echo
+	svc      *orchestrator.Service
+	migrator *migrations.Migrator
+	logger   *slog.Logger
+	limiter  *rateLimiter
+	cfg      Config
+	now      func() time.Time
+}
+
+// New builds the server and its routes.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.Logger.SetOutput(io.Discard)
+	s := &Server{
+		echo:     e,
+		svc:      cfg.Service,
+		migrator: cfg.Migrator,
+		logger:   cfg.Logger,
+		cfg:      cfg,
+		now:      cfg.Clock,
+	}
+	if cfg.RateLimit > 0 {
+		s.limiter = newRateLimiter(cfg.RateLimit, int(2*cfg.RateLimit), cfg.Clock)
+	}
+	e.HTTPErrorHandler = s.handleError
+	e.Use(
+		s.requestID,
+		s.accessLog,
+		middleware.RecoverWithConfig(middleware.RecoverConfig{
+			DisableErrorHandler: true,
+			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+				s.logger.ErrorContext(c.Request().Context(), "panic", "error", err, "stack", string(stack))
+				return err
+			},
+		}),
+		middleware.BodyLimit("64K"),
+		requireJSON,
+	)
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	e := s.echo
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+
+	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
+	v1.GET("/me", s.getMe)
+	v1.GET("/tenants", s.listTenants, requireRole(orchestrator.RoleAdmin))
+	v1.GET("/api_keys", s.listAPIKeys, requireRole(orchestrator.RoleAdmin))
+}
+
+// Handler returns the server as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Echo exposes the router, for tests that mount extra routes behind the
+// same middleware.
+func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// Serve serves on l until ctx is done, then shuts down gracefully: it stops
+// accepting, lets in-flight requests finish (up to ShutdownTimeout) and
+// returns.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      90 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.logger.Info("http server shutting down", "timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

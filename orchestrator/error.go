@@ -1,0 +1,86 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Code is a stable machine-readable error code, the `code` member of every
+// problem+json body.
+type Code string
+
+// The error codes of the API (SPEC: Errors).
+const (
+	CodeIdempotencyKeyMissing   Code = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid   Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyReused    Code = "idempotency_key_reused"
+	CodeIdempotencyKeyInUse     Code = "idempotency_key_in_use"
+	CodeValidationFailed        Code = "validation_failed"
+	CodePaymentDeclined         Code = "payment_declined"
+	CodePaymentStateConflict    Code = "payment_state_conflict"
+	CodeAmountExceedsAuthorized Code = "amount_exceeds_authorized"
+	CodeNotFound                Code = "not_found"
+	CodeConflict                Code = "conflict"
+	CodeMethodNotAllowed        Code = "method_not_allowed"
+	CodeUnauthorized            Code = "unauthorized"
+	CodeForbidden               Code = "forbidden"
+	CodeBodyTooLarge            Code = "body_too_large"
+	CodeUnsupportedMediaType    Code = "unsupported_media_type"
+	CodeProviderUnavailable     Code = "provider_unavailable"
+	CodeRateLimited             Code = "rate_limited"
+	CodeUnavailable             Code = "service_unavailable"
+	CodeInternal                Code = "internal"
+)
+
+// Error is the one application error type. Its Message is safe to show to a
+// client; Err (the cause) is for logs only and never leaves the process.
+type Error struct {
+	Code    Code
+	Message string
+	// Param names the offending request field or header, if any.
+	Param string
+	// Fields lists field names (never values) that the error is about, e.g.
+	// the top-level fields that differ on idempotency_key_reused.
+	Fields []string
+	// RetryAfter, when positive, tells the client when to try again.
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with code and a formatted client-safe message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ParamError returns a validation_failed *Error about one request field.
+func ParamError(param, format string, args ...any) *Error {
+	return &Error{Code: CodeValidationFailed, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the Code of the first *Error in err's chain, CodeInternal
+// for any other non-nil error, and "" for nil.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// internalf wraps an unexpected failure: the client sees only "internal".
+func internalf(format string, args ...any) *Error {
+	return &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf(format, args...)}
+}
