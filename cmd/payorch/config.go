@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is everything payorch reads from its environment. Defaults live
+// here and only here; flags of each subcommand override single fields.
+type config struct {
+	// DatabaseURL (DATABASE_URL) is the PostgreSQL primary. Empty in `dev`
+	// means: run the embedded cluster under DataDir.
+	DatabaseURL string
+	// Listen (PAYORCH_LISTEN) is the API's address.
+	Listen string
+	// RateLimit (PAYORCH_RATE_LIMIT) is requests per second per API key,
+	// burst twice that; 0 turns it off.
+	RateLimit float64
+	// LogLevel (PAYORCH_LOG_LEVEL): debug, info, warn or error.
+	LogLevel string
+	// DataDir (PAYORCH_DATA_DIR) holds `dev`'s cluster and demo keys.
+	DataDir string
+	// DevPGPort (PAYORCH_DEV_PG_PORT) is the loopback port of `dev`'s cluster.
+	DevPGPort int
+	// PGBin (PAYORCH_PG_BIN) is the folder of initdb and postgres; empty
+	// means search PATH and /usr/lib/postgresql/*/bin.
+	PGBin string
+	// AutoMigrate (PAYORCH_AUTO_MIGRATE) makes `serve` and `dev` apply
+	// migrations on start.
+	AutoMigrate bool
+	// ShutdownTimeout (PAYORCH_SHUTDOWN_TIMEOUT) bounds graceful shutdown.
+	ShutdownTimeout time.Duration
+	// DBMaxConns (PAYORCH_DB_MAX_CONNS) caps the connection pool.
+	DBMaxConns int
+}
+
+func defaultConfig() config {
+	return config{
+		Listen:          "127.0.0.1:8080",
+		RateLimit:       100,
+		LogLevel:        "info",
+		DataDir:         ".payorch",
+		DevPGPort:       54329,
+		AutoMigrate:     true,
+		ShutdownTimeout: 30 * time.Second,
+		DBMaxConns:      20,
+	}
+}
+
+// loadConfig reads the environment over the defaults and validates.
+func loadConfig(getenv func(string) string) (config, error) {
+	c := defaultConfig()
+	var errs []error
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	num := func(name string, dst *int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	str("DATABASE_URL", &c.DatabaseURL)
+	str("PAYORCH_LISTEN", &c.Listen)
+	str("PAYORCH_LOG_LEVEL", &c.LogLevel)
+	str("PAYORCH_DATA_DIR", &c.DataDir)
+	str("PAYORCH_PG_BIN", &c.PGBin)
+	num("PAYORCH_DEV_PG_PORT", &c.DevPGPort)
+	num("PAYORCH_DB_MAX_CONNS", &c.DBMaxConns)
+	if v := getenv("PAYORCH_RATE_LIMIT"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PAYORCH_RATE_LIMIT: %q is not a number", v))
+		}
+		c.RateLimit = f
+	}
+	if v := getenv("PAYORCH_AUTO_MIGRATE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PAYORCH_AUTO_MIGRATE: %q is not true or false", v))
+		}
+		c.AutoMigrate = b
+	}
+	if v := getenv("PAYORCH_SHUTDOWN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PAYORCH_SHUTDOWN_TIMEOUT: %q is not a duration (e.g. 30s)", v))
+		}
+		c.ShutdownTimeout = d
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// validate names the first bad field.
+func (c config) validate() error {
+	switch {
+	case c.Listen == "":
+		return errors.New("PAYORCH_LISTEN: must not be empty")
+	case c.RateLimit < 0:
+		return errors.New("PAYORCH_RATE_LIMIT: must be 0 (off) or positive")
+	case c.DevPGPort <= 0 || c.DevPGPort > 65535:
+		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
+	case c.DBMaxConns < 2:
+		return errors.New("PAYORCH_DB_MAX_CONNS: must be at least 2")
+	case c.ShutdownTimeout <= 0:
+		return errors.New("PAYORCH_SHUTDOWN_TIMEOUT: must be positive")
+	case c.DataDir == "":
+		return errors.New("PAYORCH_DATA_DIR: must not be empty")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return 0, fmt.Errorf("PAYORCH_LOG_LEVEL: %q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(c config) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	return slog.New(payorchLogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+}

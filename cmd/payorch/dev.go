@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/internal/pgcluster"
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// demoKeys is what `dev` keeps in DataDir/demo-keys.json between runs.
+type demoKeys struct {
+	TenantID int64  `json:"tenant_id"`
+	Merchant string `json:"merchant"`
+	Support  string `json:"support"`
+	Finance  string `json:"finance"`
+	Admin    string `json:"admin"`
+}
+
+const devDatabase = "payorch"
+
+// cmdDev runs the whole product locally: an embedded PostgreSQL under
+// DataDir (unless DATABASE_URL is set), migrations, a demo tenant with one
+// key per role, and the API on cfg.Listen.
+func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	fs := newFlagSet("dev")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	logger := newLogger(cfg)
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return err
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+
+	dbURL := cfg.DatabaseURL
+	if dbURL == "" {
+		cluster, err := startDevCluster(ctx, cfg, dataDir, logger, stdout)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := cluster.Stop(sctx); err != nil {
+				logger.Error("postgres stop", "error", err)
+			} else {
+				logger.Info("postgres stopped")
+			}
+		}()
+		if err := ensureDatabase(ctx, cluster.TCPConnString("postgres"), devDatabase); err != nil {
+			return err
+		}
+		dbURL = cluster.TCPConnString(devDatabase)
+	}
+
+	pool, err := openPool(ctx, cfg, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrate(ctx, pool, logger); err != nil {
+		return err
+	}
+	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Logger: logger})
+	keys, err := ensureDemoKeys(ctx, svc, filepath.Join(dataDir, "demo-keys.json"))
+	if err != nil {
+		return err
+	}
+	cfg.AutoMigrate = false // done above
+	return serveAPI(ctx, cfg, pool, logger, func(addr string) {
+		printDevBanner(stdout, "http://"+addr, dbURL, keys)
+	})
+}
+
+// startDevCluster starts (initialising on first run) the cluster under
+// dataDir/pgdata on 127.0.0.1:DevPGPort, installing PostgreSQL first when
+// it is missing on a Debian machine and we are root.
+func startDevCluster(ctx context.Context, cfg config, dataDir string, logger *slog.Logger, stdout io.Writer) (*pgcluster.Cluster, error) {
+	bin := cfg.PGBin
+	if bin == "" {
+		var err error
+		bin, err = pgcluster.FindBinDir()
+		if errors.Is(err, pgcluster.ErrNoBinaries) {
+			if err := installPostgres(ctx, stdout); err != nil {
+				return nil, err
+			}
+			bin, err = pgcluster.FindBinDir()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	socketDir := filepath.Join(dataDir, "run")
+	// A Unix socket path must fit in 107 bytes.
+	if len(socketDir)+len("/.s.PGSQL.")+len(strconv.Itoa(cfg.DevPGPort)) > 100 {
+		socketDir = filepath.Join(os.TempDir(), fmt.Sprintf("payorch-%d-%d", os.Getuid(), cfg.DevPGPort))
+	}
+	fmt.Fprintf(stdout, "starting PostgreSQL (%s) in %s …\n", bin, filepath.Join(dataDir, "pgdata"))
+	return pgcluster.Start(ctx, pgcluster.Config{
+		BinDir:    bin,
+		DataDir:   filepath.Join(dataDir, "pgdata"),
+		SocketDir: socketDir,
+		Port:      cfg.DevPGPort,
+		ListenTCP: true,
+		LogFile:   filepath.Join(dataDir, "postgres.log"),
+		Logger:    logger,
+	})
+}
+
+// installPostgres installs Debian's postgresql package when that is
+// possible here, and otherwise says what to install.
+func installPostgres(ctx context.Context, stdout io.Writer) error {
+	_, debian := os.Stat("/etc/debian_version")
+	if debian != nil || os.Geteuid() != 0 {
+		return errors.New("no PostgreSQL server binaries found: install PostgreSQL ≥ 14 " +
+			"(Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql@16), " +
+			"set PAYORCH_PG_BIN to the folder holding initdb and postgres, or set DATABASE_URL")
+	}
+	fmt.Fprintln(stdout, "PostgreSQL not found: installing Debian's postgresql package …")
+	for _, args := range [][]string{{"update"}, {"install", "-y", "--no-install-recommends", "postgresql"}} {
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		cmd.Stdout, cmd.Stderr = stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("apt-get %v: %w", args, err)
+		}
+	}
+	return nil
+}
+
+func ensureDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// ensureDemoKeys returns the demo tenant's keys, creating the tenant and
+// keys on the first run (or when the saved keys no longer work, e.g. after
+// the data folder was reset) and saving them with mode 0600.
+func ensureDemoKeys(ctx context.Context, svc *orchestrator.Service, path string) (demoKeys, error) {
+	var k demoKeys
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &k) == nil && demoKeysWork(ctx, svc, k) {
+		return k, nil
+	}
+	t, err := svc.TenantByName(ctx, "demo")
+	switch orchestrator.ErrorCode(err) {
+	case "":
+		_, k.Merchant, err = svc.CreateAPIKey(ctx, orchestrator.RoleMerchant, t.ID, "dev demo merchant")
+		if err != nil {
+			return k, err
+		}
+	case orchestrator.CodeNotFound:
+		t, _, k.Merchant, err = svc.CreateTenant(ctx, "demo")
+		if err != nil {
+			return k, err
+		}
+	default:
+		return k, err
+	}
+	k.TenantID = t.ID
+	for role, dst := range map[orchestrator.Role]*string{
+		orchestrator.RoleSupport: &k.Support,
+		orchestrator.RoleFinance: &k.Finance,
+		orchestrator.RoleAdmin:   &k.Admin,
+	} {
+		if _, *dst, err = svc.CreateAPIKey(ctx, role, 0, "dev demo "+string(role)); err != nil {
+			return k, err
+		}
+	}
+	b, _ := json.MarshalIndent(k, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return k, err
+	}
+	return k, nil
+}
+
+func demoKeysWork(ctx context.Context, svc *orchestrator.Service, k demoKeys) bool {
+	for _, key := range []string{k.Merchant, k.Support, k.Finance, k.Admin} {
+		if _, err := svc.Authenticate(ctx, key); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func printDevBanner(w io.Writer, base, dbURL string, k demoKeys) {
+	fmt.Fprintf(w, `
+payorch dev is up: %[1]s   (Ctrl-C stops the server and the database)
+
+  DATABASE_URL=%[2]s
+
+  demo tenant %[3]d keys (kept in the data folder, the same on every run):
+    merchant  %[4]s
+    support   %[5]s
+    finance   %[6]s
+    admin     %[7]s
+
+try:
+  curl -s %[1]s/readyz
+  curl -s -H 'Authorization: Bearer %[4]s' %[1]s/v1/me
+  curl -s -H 'Authorization: Bearer %[7]s' %[1]s/v1/tenants
+  curl -s -H 'Authorization: Bearer %[7]s' %[1]s/v1/api_keys
+  DATABASE_URL='%[2]s' go run ./cmd/payorch tenants list
+
+`, base, dbURL, k.TenantID, k.Merchant, k.Support, k.Finance, k.Admin)
+}

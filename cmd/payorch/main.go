@@ -1,0 +1,177 @@
+// Command payorch is the payments orchestrator: one binary for the API
+// server, migrations, the embedded development setup and operator tasks.
+// This package parses flags and the environment and wires the other
+// packages together; it holds no business logic.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/migrations"
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+const usage = `payorch — a payments orchestrator
+
+Usage:
+  payorch serve   [--listen ADDR] [--no-migrate]   run the API server
+  payorch dev     [--listen ADDR]                  everything on an embedded PostgreSQL
+  payorch migrate                                  apply pending migrations
+  payorch tenants create --name NAME [--json]      create a tenant and its first merchant key
+  payorch tenants list [--json]
+  payorch apikeys create --role ROLE [--tenant N] [--description D] [--json]
+  payorch apikeys list [--tenant N] [--json]
+  payorch apikeys revoke KEY_ID [--json]
+  payorch version
+
+Configuration comes from environment variables (see README); flags win.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Getenv)
+	stop()
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(os.Stderr, "payorch: %v\n\n%s", err, usage)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "payorch: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		return usageError{"no command"}
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return cmdServe(ctx, cfg, rest)
+	case "dev":
+		return cmdDev(ctx, cfg, rest, stdout)
+	case "migrate":
+		return cmdMigrate(ctx, cfg, rest, stdout)
+	case "tenants":
+		return cmdTenants(ctx, cfg, rest, stdout)
+	case "apikeys":
+		return cmdAPIKeys(ctx, cfg, rest, stdout)
+	case "version":
+		fmt.Fprintln(stdout, "payorch", buildVersion())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return "dev-" + s.Value[:12]
+			}
+		}
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return bi.Main.Version
+		}
+	}
+	return "dev"
+}
+
+// openPool connects to url with the configured pool size and checks the
+// connection.
+func openPool(ctx context.Context, cfg config, url string) (*pgxpool.Pool, error) {
+	if url == "" {
+		return nil, errors.New("DATABASE_URL is not set (payorch dev prints the URL of its embedded database)")
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pc.MaxConns = int32(cfg.DBMaxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	return pool, nil
+}
+
+// migrate applies pending migrations under the cluster-wide migration lock.
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	m, err := migrations.New(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	_, err = m.Up(ctx, logger)
+	return err
+}
+
+func cmdMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	fs := newFlagSet("migrate")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := migrations.New(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	applied, err := m.Up(ctx, newLogger(cfg))
+	if err != nil {
+		return err
+	}
+	cur, _, err := m.Versions(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "applied %d migration(s); schema version %d\n", len(applied), cur)
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// payorchLogHandler adds request-scoped attributes to every record.
+func payorchLogHandler(h slog.Handler) slog.Handler { return orchestrator.NewLogHandler(h) }

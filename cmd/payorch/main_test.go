@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payorch/payorch/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// cli runs one payorch command in-process and returns its stdout.
+func cli(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := run(context.Background(), args, &out, envOf(env))
+	return out.String(), err
+}
+
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "PAYORCH_LOG_LEVEL": "error"}
+
+	var tenant struct {
+		TenantID int64  `json:"tenant_id"`
+		Name     string `json:"name"`
+		APIKey   string `json:"api_key"`
+	}
+	out, err := cli(t, env, "tenants", "create", "--name", "Acme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &tenant); err != nil || tenant.TenantID == 0 || tenant.Name != "Acme" || !strings.HasPrefix(tenant.APIKey, "pok_") {
+		t.Fatalf("tenants create --json printed %s (%v)", out, err)
+	}
+
+	if _, err := cli(t, env, "tenants", "create", "--name", "Acme", "--json"); err == nil || !strings.Contains(err.Error(), "conflict") {
+		t.Fatalf("duplicate tenant: %v", err)
+	}
+
+	var key struct {
+		APIKeyID string `json:"api_key_id"`
+		APIKey   string `json:"api_key"`
+		Role     string `json:"role"`
+		TenantID *int64 `json:"tenant_id"`
+	}
+	out, err = cli(t, env, "apikeys", "create", "--role", "merchant", "--tenant", strconv.FormatInt(tenant.TenantID, 10), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &key); err != nil || key.Role != "merchant" || key.TenantID == nil || *key.TenantID != tenant.TenantID {
+		t.Fatalf("apikeys create merchant printed %s (%v)", out, err)
+	}
+	out, err = cli(t, env, "apikeys", "create", "--role", "support", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"tenant_id": null`) || !strings.Contains(out, `"role": "support"`) {
+		t.Fatalf("apikeys create support printed %s", out)
+	}
+	if _, err := cli(t, env, "apikeys", "create", "--role", "owner"); err == nil {
+		t.Fatal("unknown role accepted")
+	}
+
+	out, err = cli(t, env, "apikeys", "revoke", key.APIKeyID, "--json")
+	if err != nil || !strings.Contains(out, `"revoked_at": "`) {
+		t.Fatalf("apikeys revoke: %s %v", out, err)
+	}
+	out, err = cli(t, env, "apikeys", "list", "--tenant", strconv.FormatInt(tenant.TenantID, 10), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []struct {
+		ID        string     `json:"id"`
+		RevokedAt *time.Time `json:"revoked_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &keys); err != nil || len(keys) != 2 {
+		t.Fatalf("apikeys list: %s (%v)", out, err)
+	}
+	for _, k := range keys {
+		if (k.ID == key.APIKeyID) != (k.RevokedAt != nil) {
+			t.Fatalf("revocation not listed right: %s", out)
+		}
+	}
+	if strings.Contains(out, key.APIKey) || strings.Contains(out, tenant.APIKey) {
+		t.Fatal("apikeys list printed a secret")
+	}
+	out, err = cli(t, env, "tenants", "list")
+	if err != nil || !strings.Contains(out, "Acme") {
+		t.Fatalf("tenants list: %s %v", out, err)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		"NoCommand":       {nil, nil, "no command"},
+		"UnknownCommand":  {nil, []string{"frobnicate"}, "unknown command"},
+		"BadRateLimit":    {map[string]string{"PAYORCH_RATE_LIMIT": "fast"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NegativeLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"BadLogLevel":     {map[string]string{"PAYORCH_LOG_LEVEL": "loud"}, []string{"version"}, "PAYORCH_LOG_LEVEL"},
+		"NoDatabaseURL":   {nil, []string{"tenants", "list"}, "DATABASE_URL"},
+		"CreateNeedsName": {map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/x"}, []string{"tenants", "create"}, "--name"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := cli(t, tc.env, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	if out, err := cli(t, nil, "version"); err != nil || !strings.HasPrefix(out, "payorch ") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+func TestMigrateCommandIsRepeatable(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": pgtest.EmptyURL(t), "PAYORCH_LOG_LEVEL": "error"}
+	out, err := cli(t, env, "migrate")
+	if err != nil || strings.HasPrefix(out, "applied 0 ") {
+		t.Fatalf("first migrate: %q %v", out, err)
+	}
+	out, err = cli(t, env, "migrate")
+	if err != nil || !strings.HasPrefix(out, "applied 0 ") {
+		t.Fatalf("second migrate: %q %v", out, err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+var bannerURL = regexp.MustCompile(`payorch dev is up: (http://\S+)`)
+var bannerMerchant = regexp.MustCompile(`merchant\s+(pok_\S+)`)
+
+// startDev runs `payorch dev` in-process until the returned stop is called,
+// and returns its base URL and merchant key once it serves.
+func startDev(t *testing.T, env map[string]string) (base, merchant string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, out, envOf(env)) }()
+	deadline := time.After(2 * time.Minute)
+	for {
+		if m := bannerURL.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+			merchant = bannerMerchant.FindStringSubmatch(out.String())[1]
+			break
+		}
+		select {
+		case err := <-errc:
+			cancel()
+			t.Fatalf("dev exited early: %v\n%s", err, out.String())
+		case <-deadline:
+			cancel()
+			t.Fatalf("dev did not come up:\n%s", out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return base, merchant, func() error { cancel(); return <-errc }
+}
+
+func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "payorch-dev-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach it when we are root
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"PAYORCH_DATA_DIR":    dir,
+		"PAYORCH_DEV_PG_PORT": strconv.Itoa(freePort(t)),
+		"PAYORCH_LOG_LEVEL":   "error",
+	}
+
+	base, merchant, stop := startDev(t, env)
+	res, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("readyz %d %s", res.StatusCode, body)
+	}
+	req, _ := http.NewRequest("GET", base+"/v1/me", nil)
+	req.Header.Set("Authorization", "Bearer "+merchant)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("the printed merchant key does not work: %d", res.StatusCode)
+	}
+	pidFile := dir + "/pgdata/postmaster.pid"
+	if _, err := os.Stat(pidFile); err != nil {
+		t.Fatalf("no running cluster in the data folder: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("dev stop: %v", err)
+	}
+	// A clean stop removes postmaster.pid: the server is gone, not orphaned.
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Fatalf("postgres still running (or not shut down cleanly) after dev stopped: %v", err)
+	}
+
+	base2, merchant2, stop2 := startDev(t, env)
+	if merchant2 != merchant {
+		t.Fatalf("second run printed another merchant key: %s vs %s", merchant2, merchant)
+	}
+	req, _ = http.NewRequest("GET", base2+"/v1/me", nil)
+	req.Header.Set("Authorization", "Bearer "+merchant2)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("the kept key no longer works: %d", res.StatusCode)
+	}
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+}
