@@ -32,7 +32,7 @@ var problemStatus = map[orchestrator.Code]int{
 	orchestrator.CodeForbidden:               http.StatusForbidden,
 	orchestrator.CodeBodyTooLarge:            http.StatusRequestEntityTooLarge,
 	orchestrator.CodeUnsupportedMediaType:    http.StatusUnsupportedMediaType,
-	orchestrator.CodeProviderUnavailable:     http.StatusBadGateway,
+	orchestrator.CodeProviderUnavailable:     http.StatusServiceUnavailable,
 	orchestrator.CodeRateLimited:             http.StatusTooManyRequests,
 	orchestrator.CodeUnavailable:             http.StatusServiceUnavailable,
 	orchestrator.CodeInternal:                http.StatusInternalServerError,
@@ -73,6 +73,9 @@ type Problem struct {
 	// about, e.g. those that differ on idempotency_key_reused.
 	Fields    []string `json:"fields,omitempty"`
 	RequestID string   `json:"request_id,omitempty"`
+	// PaymentID names the payment a business refusal is about (a declined
+	// payment's id, for instance).
+	PaymentID string `json:"payment_id,omitempty"`
 }
 
 // problemFor turns any error into the Problem a client may see and, for
@@ -120,7 +123,22 @@ func (s *Server) handleError(err error, c echo.Context) {
 	e, internal := problemFor(err)
 	if internal {
 		s.logger.ErrorContext(c.Request().Context(), "internal error", "error", err)
+	} else if e.Err != nil {
+		s.logger.WarnContext(c.Request().Context(), "request failed", "code", e.Code, "error", e.Err)
 	}
+	p := s.problem(c, e)
+	h := c.Response().Header()
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
+	if e.Code == orchestrator.CodeUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="payorch"`)
+	}
+	writeProblem(c, p)
+}
+
+// problem builds the body for e; internal errors get no detail.
+func (s *Server) problem(c echo.Context, e *orchestrator.Error) Problem {
 	status, ok := problemStatus[e.Code]
 	if !ok {
 		status = http.StatusInternalServerError
@@ -135,17 +153,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		Fields:    e.Fields,
 		RequestID: c.Response().Header().Get(echo.HeaderXRequestID),
 	}
-	if internal {
+	if status == http.StatusInternalServerError {
 		p.Detail = "internal error; quote request_id to support"
 	}
-	h := c.Response().Header()
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
-	}
-	if e.Code == orchestrator.CodeUnauthorized {
-		h.Set("WWW-Authenticate", `Bearer realm="payorch"`)
-	}
-	writeProblem(c, p)
+	return p
 }
 
 func writeProblem(c echo.Context, p Problem) {

@@ -36,6 +36,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Clock defaults to time.Now.
 	Clock func() time.Time
+	// ExecutionTimeout bounds one execution of a keyed request (it goes on
+	// when the client disconnects); keep it under the idempotency lease.
+	// Defaults to 45s.
+	ExecutionTimeout time.Duration
 }
 
 // MaxBodyBytes is the largest request body accepted (SPEC: Errors).
@@ -62,6 +66,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.ExecutionTimeout == 0 {
+		cfg.ExecutionTimeout = 45 * time.Second
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -105,6 +112,16 @@ func (s *Server) routes() {
 	v1.GET("/me", s.getMe)
 	v1.GET("/tenants", s.listTenants, requireRole(orchestrator.RoleAdmin))
 	v1.GET("/api_keys", s.listAPIKeys, requireRole(orchestrator.RoleAdmin))
+
+	merchant := requireRole(orchestrator.RoleMerchant)
+	readers := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
+	v1.POST("/payments", s.createPayment, merchant)
+	v1.POST("/payments/:id/capture", s.capturePayment, merchant)
+	v1.POST("/payments/:id/cancel", s.cancelPayment, merchant)
+	v1.POST("/payments/:id/refunds", s.refundPayment, merchant)
+	v1.GET("/payments", s.listPayments, readers)
+	v1.GET("/payments/:id", s.getPayment, readers)
+	v1.GET("/payments/:id/events", s.paymentEvents, readers)
 }
 
 // Handler returns the server as an http.Handler.

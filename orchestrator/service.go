@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/providers"
 )
 
 // Config wires a Service.
@@ -26,18 +28,47 @@ type Config struct {
 	Clock func() time.Time
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
+	// Providers by name; DefaultProvider is used when a request names none.
+	Providers       map[string]providers.Provider
+	DefaultProvider string
+	// ProviderTimeout bounds one provider call. Defaults to 15s.
+	ProviderTimeout time.Duration
+	// Lease is how long a request holds an idempotency key before another
+	// may take it over; longer than any provider call. Defaults to 60s.
+	Lease time.Duration
+	// KeyTTL is how long an idempotency key is kept (SPEC: default 24h, at
+	// most 72h).
+	KeyTTL time.Duration
 }
 
 // Service is the pgx-backed implementation of payorch's domain.
 type Service struct {
-	pool   *pgxpool.Pool
-	now    func() time.Time
-	logger *slog.Logger
+	pool            *pgxpool.Pool
+	now             func() time.Time
+	logger          *slog.Logger
+	providers       map[string]providers.Provider
+	defaultProvider string
+	providerTimeout time.Duration
+	lease           time.Duration
+	keyTTL          time.Duration
 }
 
 // NewService returns a Service on cfg.Pool.
 func NewService(cfg Config) *Service {
-	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger}
+	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger, providers: cfg.Providers,
+		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL}
+	if s.providerTimeout == 0 {
+		s.providerTimeout = 15 * time.Second
+	}
+	if s.lease == 0 {
+		s.lease = 60 * time.Second
+	}
+	if s.keyTTL == 0 {
+		s.keyTTL = DefaultKeyTTL
+	}
+	if s.keyTTL > MaxKeyTTL {
+		s.keyTTL = MaxKeyTTL
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -46,6 +77,12 @@ func NewService(cfg Config) *Service {
 	}
 	return s
 }
+
+// Idempotency key lifetimes (SPEC: Idempotency protocol).
+const (
+	DefaultKeyTTL = 24 * time.Hour
+	MaxKeyTTL     = 72 * time.Hour
+)
 
 // Pool returns the Service's connection pool (for health checks).
 func (s *Service) Pool() *pgxpool.Pool { return s.pool }

@@ -37,6 +37,29 @@ type config struct {
 	ShutdownTimeout time.Duration
 	// DBMaxConns (PAYORCH_DB_MAX_CONNS) caps the connection pool.
 	DBMaxConns int
+	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL;
+	// empty means run one embedded in this process.
+	FakeURL string
+	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) serves requests that name
+	// no provider.
+	DefaultProvider string
+	// ProviderTimeout (PAYORCH_PROVIDER_TIMEOUT) bounds one provider call.
+	ProviderTimeout time.Duration
+	// IdempotencyTTL (PAYORCH_IDEMPOTENCY_TTL) is how long keys are kept,
+	// at most 72h.
+	IdempotencyTTL time.Duration
+	// IdempotencyLease (PAYORCH_IDEMPOTENCY_LEASE) is how long an executing
+	// request holds its key before a crashed owner's key may be taken over.
+	IdempotencyLease time.Duration
+	// ResolverInterval (PAYORCH_RESOLVER_INTERVAL) is how often `serve`
+	// settles pending payments; 0 turns the in-process resolver off.
+	ResolverInterval time.Duration
+	// ResolverMinAge (PAYORCH_RESOLVER_MIN_AGE) is how long a payment must
+	// have been pending before the resolver touches it.
+	ResolverMinAge time.Duration
+	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
+	// idempotency keys are purged; 0 turns the sweeper off.
+	SweepInterval time.Duration
 }
 
 func defaultConfig() config {
@@ -49,6 +72,14 @@ func defaultConfig() config {
 		AutoMigrate:     true,
 		ShutdownTimeout: 30 * time.Second,
 		DBMaxConns:      20,
+
+		DefaultProvider:  "fake",
+		ProviderTimeout:  15 * time.Second,
+		IdempotencyTTL:   24 * time.Hour,
+		IdempotencyLease: 60 * time.Second,
+		ResolverInterval: 30 * time.Second,
+		ResolverMinAge:   time.Minute,
+		SweepInterval:    time.Minute,
 	}
 }
 
@@ -92,13 +123,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		c.AutoMigrate = b
 	}
-	if v := getenv("PAYORCH_SHUTDOWN_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("PAYORCH_SHUTDOWN_TIMEOUT: %q is not a duration (e.g. 30s)", v))
+	dur := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration (e.g. 30s)", name, v))
+				return
+			}
+			*dst = d
 		}
-		c.ShutdownTimeout = d
 	}
+	dur("PAYORCH_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	dur("PAYORCH_PROVIDER_TIMEOUT", &c.ProviderTimeout)
+	dur("PAYORCH_IDEMPOTENCY_TTL", &c.IdempotencyTTL)
+	dur("PAYORCH_IDEMPOTENCY_LEASE", &c.IdempotencyLease)
+	dur("PAYORCH_RESOLVER_INTERVAL", &c.ResolverInterval)
+	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
+	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
+	str("PAYORCH_FAKE_URL", &c.FakeURL)
+	str("PAYORCH_DEFAULT_PROVIDER", &c.DefaultProvider)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -120,6 +163,16 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_SHUTDOWN_TIMEOUT: must be positive")
 	case c.DataDir == "":
 		return errors.New("PAYORCH_DATA_DIR: must not be empty")
+	case c.ProviderTimeout <= 0:
+		return errors.New("PAYORCH_PROVIDER_TIMEOUT: must be positive")
+	case c.IdempotencyTTL <= 0 || c.IdempotencyTTL > 72*time.Hour:
+		return errors.New("PAYORCH_IDEMPOTENCY_TTL: must be positive and at most 72h")
+	case c.IdempotencyLease < 2*c.ProviderTimeout:
+		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
+	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
+		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
+	case c.DefaultProvider != "fake":
+		return fmt.Errorf("PAYORCH_DEFAULT_PROVIDER: %q is not configured (available: fake)", c.DefaultProvider)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

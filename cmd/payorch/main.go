@@ -80,6 +80,10 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return cmdTenants(ctx, cfg, rest, stdout)
 	case "apikeys":
 		return cmdAPIKeys(ctx, cfg, rest, stdout)
+	case "resolve":
+		return cmdResolve(ctx, cfg, rest, stdout)
+	case "fakeprovider":
+		return cmdFakeProvider(ctx, cfg, rest)
 	case "version":
 		fmt.Fprintln(stdout, "payorch", buildVersion())
 		return nil

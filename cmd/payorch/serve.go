@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
 )
 
 func cmdServe(ctx context.Context, cfg config, args []string) error {
@@ -46,13 +51,62 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		return err
 	}
 	defer m.Close()
-	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Logger: logger})
+	provs, stopProviders, err := startProviders(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopProviders(sctx)
+	}()
+	svc := newService(cfg, pool, logger, provs)
+
+	// Background services: settle pending payments, purge expired keys.
+	// Several instances may run them at once (SKIP LOCKED).
+	var workers []*orchestrator.Worker
+	if cfg.ResolverInterval > 0 {
+		workers = append(workers, orchestrator.NewWorker("resolver", cfg.ResolverInterval, cfg.ResolverInterval+cfg.ProviderTimeout*4, logger,
+			func(ctx context.Context) error {
+				st, err := svc.ResolvePending(ctx, cfg.ResolverMinAge, 100)
+				if st.Examined > 0 {
+					logger.InfoContext(ctx, "resolver pass", "examined", st.Examined, "settled", st.Settled, "still_pending", st.Pending, "errors", st.Errors)
+				}
+				return err
+			}))
+	}
+	if cfg.SweepInterval > 0 {
+		workers = append(workers, orchestrator.NewWorker("key-sweeper", cfg.SweepInterval, time.Minute, logger,
+			func(ctx context.Context) error {
+				total := 0
+				for {
+					n, err := svc.PurgeExpiredKeys(ctx, 1000)
+					total += n
+					if err != nil || n < 1000 {
+						if total > 0 {
+							logger.InfoContext(ctx, "expired idempotency keys purged", "count", total)
+						}
+						return err
+					}
+				}
+			}))
+	}
+	for _, w := range workers {
+		w.Start(context.WithoutCancel(ctx))
+	}
+	defer func() {
+		for _, w := range workers {
+			w.Stop()
+		}
+	}()
+
 	srv := httpapi.New(httpapi.Config{
 		Service:         svc,
 		Migrator:        m,
 		Logger:          logger,
 		RateLimit:       cfg.RateLimit,
-		ShutdownTimeout: cfg.ShutdownTimeout,
+		ShutdownTimeout:  cfg.ShutdownTimeout,
+		ExecutionTimeout: cfg.IdempotencyLease - cfg.ProviderTimeout/2,
 	})
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -67,4 +121,54 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	}
 	logger.Info("payorch stopped")
 	return nil
+}
+
+func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider) *orchestrator.Service {
+	return orchestrator.NewService(orchestrator.Config{
+		Pool:            pool,
+		Logger:          logger,
+		Providers:       provs,
+		DefaultProvider: cfg.DefaultProvider,
+		ProviderTimeout: cfg.ProviderTimeout,
+		Lease:           cfg.IdempotencyLease,
+		KeyTTL:          cfg.IdempotencyTTL,
+	})
+}
+
+func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	fs := newFlagSet("resolve")
+	minAge := fs.Duration("min-age", cfg.ResolverMinAge, "only items pending at least this long")
+	limit := fs.Int("limit", 1000, "at most this many payments and operations")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	logger := newLogger(cfg)
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cfg.FakeURL == "" {
+		return errors.New("resolve: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
+	}
+	provs, stop, err := startProviders(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stop(context.Background())
+	st, err := newService(cfg, pool, logger, provs).ResolvePending(ctx, *minAge, *limit)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, st)
+}
+
+func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
+	fs := newFlagSet("fakeprovider")
+	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on")
+	holdLifetime := fs.Duration("hold-lifetime", fake.DefaultHoldLifetime, "how long holds can be captured")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg)})
 }

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
+)
+
+// startProviders returns the configured providers by name and a function
+// that stops whatever was started for them (the embedded fake).
+func startProviders(cfg config, logger *slog.Logger) (map[string]providers.Provider, func(context.Context), error) {
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	url := cfg.FakeURL
+	stop := func(context.Context) {}
+	if url == "" {
+		r, err := fake.Start("127.0.0.1:0", fake.Config{Logger: logger.With("component", "fakeprovider")})
+		if err != nil {
+			return nil, nil, err
+		}
+		url = r.URL()
+		logger.Info("embedded fake provider", "url", url)
+		stop = func(ctx context.Context) { _ = r.Shutdown(ctx) }
+	}
+	return map[string]providers.Provider{"fake": fake.NewClient(url, hc)}, stop, nil
+}

@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/big"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// readBody reads the request body, already capped by the body limit.
+// Errors: body_too_large.
+func readBody(c echo.Context) ([]byte, error) {
+	b, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var he *echo.HTTPError
+		var mbe *http.MaxBytesError
+		if errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge || errors.As(err, &mbe) {
+			return nil, &orchestrator.Error{Code: orchestrator.CodeBodyTooLarge, Message: "request body exceeds 64 KiB"}
+		}
+		return nil, &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "could not read the request body", Err: err}
+	}
+	return b, nil
+}
+
+// decodeStrict decodes a JSON object body into dst, rejecting what a
+// lenient decoder lets through: unknown fields, duplicate keys, trailing
+// data, a non-object body. An empty body is {}. It never touches path
+// parameters (unlike Echo's Bind). Errors: validation_failed naming the
+// field.
+func decodeStrict(raw []byte, dst any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = []byte("{}")
+	}
+	if _, err := orchestrator.CanonicalJSON(raw); err != nil {
+		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
+	}
+	if t := bytes.TrimSpace(raw); t[0] != '{' {
+		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body must be a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var ute *json.UnmarshalTypeError
+		var fe *fieldError
+		switch {
+		case errors.As(err, &fe):
+			return orchestrator.ParamError(fe.field, "%s", fe.msg)
+		case errors.As(err, &ute):
+			return orchestrator.ParamError(ute.Field, "%s must be a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()))
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return orchestrator.ParamError(name, "unknown field %q", name)
+		}
+		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body is not valid JSON for this endpoint"}
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "map", "struct":
+		return "object"
+	case "slice", "array":
+		return "array"
+	case "bool":
+		return "boolean"
+	}
+	return "number"
+}
+
+// fieldError is returned by custom unmarshalers to name their field.
+type fieldError struct{ field, msg string }
+
+func (e *fieldError) Error() string { return e.field + ": " + e.msg }
+
+// minorUnits is an amount in a currency's minor unit: a JSON integer, in
+// any spelling (100, 1e2, 100.0), never a fraction and never a string.
+type minorUnits struct {
+	set   bool
+	value int64
+}
+
+func (m *minorUnits) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if s == "null" {
+		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units, not null"}
+	}
+	if len(s) == 0 || s[0] == '"' || strings.ContainsAny(s, "eE") && len(s) > 24 {
+		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units"}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok || !r.IsInt() || !r.Num().IsInt64() {
+		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units (no fractions: 10.50 EUR is 1050)"}
+	}
+	m.set, m.value = true, r.Num().Int64()
+	return nil
+}

@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// Idempotency headers (SPEC: Idempotency protocol).
+const (
+	headerIdempotencyKey     = "Idempotency-Key"
+	headerIdempotentReplayed = "Idempotent-Replayed"
+	headerKeyExpires         = "Idempotency-Key-Expires"
+)
+
+// result is what one execution of a keyed request answers.
+type result struct {
+	status    int
+	body      any
+	location  string
+	paymentID string
+	// pending: the provider's answer is unknown; not stored, lock released.
+	pending bool
+}
+
+// storedCodes are the business refusals stored as final answers; every
+// other error is not stored and the key's lock is released.
+var storedCodes = map[orchestrator.Code]bool{
+	orchestrator.CodePaymentDeclined:         true,
+	orchestrator.CodePaymentStateConflict:    true,
+	orchestrator.CodeAmountExceedsAuthorized: true,
+}
+
+// idempotencyKey validates the Idempotency-Key header. Errors:
+// idempotency_key_missing, idempotency_key_invalid.
+func idempotencyKey(c echo.Context) (string, error) {
+	vals, present := c.Request().Header[headerIdempotencyKey]
+	key := ""
+	if present {
+		if len(vals) != 1 {
+			return "", &orchestrator.Error{Code: orchestrator.CodeIdempotencyKeyInvalid, Param: headerIdempotencyKey,
+				Message: "send exactly one Idempotency-Key header"}
+		}
+		key = vals[0]
+	}
+	return key, orchestrator.ValidateIdempotencyKey(key, present)
+}
+
+// idempotent runs one keyed POST under the idempotency protocol: claim the
+// key (or replay, or refuse), execute, store a final answer byte for byte
+// or release the key, and answer. The execution does not stop when the
+// client goes away: it runs to the end of the lease so money is never left
+// half-moved by a disconnect.
+func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fingerprint,
+	exec func(ctx context.Context, claim *orchestrator.Claim) (result, error)) error {
+	p := principal(c)
+	req := c.Request()
+	ctx := orchestrator.WithLogAttrs(req.Context(), slog.String("idempotency_key", key))
+	c.SetRequest(req.WithContext(ctx))
+
+	begin, err := s.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{
+		TenantID: p.TenantID, Operation: op, Key: key, Fingerprint: fp})
+	if !begin.ExpiresAt.IsZero() {
+		c.Response().Header().Set(headerKeyExpires, begin.ExpiresAt.UTC().Format(http.TimeFormat))
+	}
+	if err != nil {
+		return err
+	}
+	if r := begin.Replay; r != nil {
+		h := c.Response().Header()
+		for k, v := range r.Header {
+			h.Set(k, v)
+		}
+		h.Set(headerIdempotentReplayed, "true")
+		return c.Blob(r.Status, r.Header[echo.HeaderContentType], r.Body)
+	}
+	claim := begin.Claim
+
+	xctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ExecutionTimeout)
+	defer cancel()
+	res, execErr := exec(xctx, claim)
+
+	var stored orchestrator.StoredResponse
+	switch {
+	case execErr == nil && !res.pending:
+		body, err := json.Marshal(res.body)
+		if err != nil {
+			_ = s.svc.ReleaseIdempotent(xctx, claim)
+			return err
+		}
+		stored = orchestrator.StoredResponse{Status: res.status, Body: append(body, '\n'),
+			Header: map[string]string{echo.HeaderContentType: echo.MIMEApplicationJSON}}
+		if res.location != "" {
+			stored.Header[echo.HeaderLocation] = res.location
+		}
+	case execErr == nil: // pending: answer 202, keep nothing
+		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
+			s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
+		}
+		if res.location != "" {
+			c.Response().Header().Set(echo.HeaderLocation, res.location)
+		}
+		return c.JSON(res.status, res.body)
+	case storedCodes[orchestrator.ErrorCode(execErr)]:
+		var appErr *orchestrator.Error
+		errors.As(execErr, &appErr)
+		prob := s.problem(c, appErr)
+		prob.PaymentID = res.paymentID
+		body, _ := json.Marshal(prob)
+		stored = orchestrator.StoredResponse{Status: prob.Status, Body: append(body, '\n'),
+			Header: map[string]string{echo.HeaderContentType: "application/problem+json"}}
+	default:
+		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
+			s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
+		}
+		return execErr
+	}
+	if err := s.svc.CompleteIdempotent(xctx, claim, res.paymentID, stored); err != nil {
+		if !errors.Is(err, orchestrator.ErrLeaseLost) {
+			return err
+		}
+		s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with this execution's result")
+	}
+	h := c.Response().Header()
+	for k, v := range stored.Header {
+		h.Set(k, v)
+	}
+	return c.Blob(stored.Status, stored.Header[echo.HeaderContentType], stored.Body)
+}

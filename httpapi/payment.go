@@ -1,0 +1,274 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// createPaymentRequest is the body of POST /v1/payments.
+type createPaymentRequest struct {
+	AmountMinor   minorUnits        `json:"amount_minor"`
+	Currency      string            `json:"currency"`
+	Provider      string            `json:"provider"`
+	PaymentMethod string            `json:"payment_method"`
+	Description   string            `json:"description"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
+// amountRequest is the body of capture and refund (and, empty, cancel).
+type amountRequest struct {
+	AmountMinor minorUnits `json:"amount_minor"`
+}
+
+// emptyRequest is the body of cancel: nothing, or {}.
+type emptyRequest struct{}
+
+func paymentLocation(id string) string { return "/v1/payments/" + id }
+
+// createPayment: POST /v1/payments (merchant).
+func (s *Server) createPayment(c echo.Context) error {
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req createPaymentRequest
+	if err := decodeStrict(raw, &req); err != nil {
+		return err
+	}
+	if !req.AmountMinor.set {
+		return orchestrator.ParamError("amount_minor", "amount_minor is required")
+	}
+	p := principal(c)
+	in := orchestrator.AuthorizeInput{
+		TenantID: p.TenantID, Key: key, AmountMinor: req.AmountMinor.value, Currency: req.Currency,
+		Provider: req.Provider, PaymentMethod: req.PaymentMethod, Description: req.Description, Metadata: req.Metadata,
+	}
+	if err := in.Validate(s.svc); err != nil {
+		return err
+	}
+	id := orchestrator.PaymentID(p.TenantID, key)
+	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
+	fp, err := fingerprint(orchestrator.OpAuthorize, nil, raw)
+	if err != nil {
+		return err
+	}
+	in.Fingerprint = fp
+	return s.idempotent(c, orchestrator.OpAuthorize, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
+		out, err := s.svc.Authorize(ctx, claim, in)
+		res := result{status: http.StatusCreated, body: out.Payment, location: paymentLocation(id), paymentID: id, pending: out.Pending}
+		if out.Pending {
+			res.status = http.StatusAccepted
+		}
+		return res, err
+	})
+}
+
+// fingerprint fingerprints a keyed request. Errors: validation_failed.
+func fingerprint(op string, params map[string]string, raw []byte) (orchestrator.Fingerprint, error) {
+	fp, err := orchestrator.NewFingerprint(op, params, raw)
+	if err != nil {
+		return fp, &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
+	}
+	return fp, nil
+}
+
+// capturePayment: POST /v1/payments/{id}/capture (merchant).
+func (s *Server) capturePayment(c echo.Context) error {
+	return s.paymentOperation(c, orchestrator.OpCapture, http.StatusOK, (*orchestrator.Service).Capture)
+}
+
+// cancelPayment: POST /v1/payments/{id}/cancel (merchant).
+func (s *Server) cancelPayment(c echo.Context) error {
+	return s.paymentOperation(c, orchestrator.OpCancel, http.StatusOK, (*orchestrator.Service).Cancel)
+}
+
+// refundPayment: POST /v1/payments/{id}/refunds (merchant).
+func (s *Server) refundPayment(c echo.Context) error {
+	return s.paymentOperation(c, orchestrator.OpRefund, http.StatusCreated, (*orchestrator.Service).Refund)
+}
+
+type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Claim, orchestrator.OperationInput) (orchestrator.Outcome, error)
+
+// paymentOperation is the one handler shape of capture, cancel and refund.
+func (s *Server) paymentOperation(c echo.Context, op string, okStatus int, do operationFunc) error {
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var amount minorUnits
+	if op == orchestrator.OpCancel {
+		if err := decodeStrict(raw, &emptyRequest{}); err != nil {
+			return err
+		}
+	} else {
+		var req amountRequest
+		if err := decodeStrict(raw, &req); err != nil {
+			return err
+		}
+		amount = req.AmountMinor
+		if amount.set && amount.value <= 0 {
+			return orchestrator.ParamError("amount_minor", "amount_minor must be positive (omit it for the whole amount)")
+		}
+	}
+	id := c.Param("id")
+	if !validID(id) {
+		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
+	}
+	p := principal(c)
+	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
+	fp, err := fingerprint(op, map[string]string{"id": id}, raw)
+	if err != nil {
+		return err
+	}
+	return s.idempotent(c, op, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
+		out, err := do(s.svc, ctx, claim, orchestrator.OperationInput{
+			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value})
+		res := result{status: okStatus, body: out.Payment, paymentID: id, pending: out.Pending}
+		if out.Refund != nil {
+			res.body = out.Refund
+		}
+		if out.Pending {
+			res.status = http.StatusAccepted
+			res.location = paymentLocation(id)
+		}
+		return res, err
+	})
+}
+
+// validID is a cheap shape check before any query: a payment id is pay_
+// and 32 hex digits.
+func validID(id string) bool {
+	if len(id) != 36 || id[:4] != "pay_" {
+		return false
+	}
+	for _, r := range id[4:] {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// getPayment: GET /v1/payments/{id} (merchant: own; support, finance: any).
+func (s *Server) getPayment(c echo.Context) error {
+	id := c.Param("id")
+	if !validID(id) {
+		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
+	}
+	p, err := s.svc.GetPayment(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
+}
+
+// paymentEvents: GET /v1/payments/{id}/events.
+func (s *Server) paymentEvents(c echo.Context) error {
+	id := c.Param("id")
+	if !validID(id) {
+		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
+	}
+	evs, err := s.svc.PaymentEvents(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(evs, false))
+}
+
+// listPayments: GET /v1/payments, by idempotency key or as a
+// cursor-paginated list.
+func (s *Server) listPayments(c echo.Context) error {
+	pr := principal(c)
+	sc := orchestrator.ScopeOf(pr)
+	q := c.QueryParams()
+	if raw := q.Get("tenant_id"); raw != "" {
+		if pr.Role == orchestrator.RoleMerchant {
+			return orchestrator.ParamError("tenant_id", "a merchant key reads its own tenant only; omit tenant_id")
+		}
+		id, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || id <= 0 {
+			return orchestrator.ParamError("tenant_id", "tenant_id must be a positive integer")
+		}
+		sc.TenantID = id
+	}
+	if key, ok := q["idempotency_key"]; ok {
+		if err := orchestrator.ValidateIdempotencyKey(key[0], true); err != nil {
+			return orchestrator.ParamError("idempotency_key", "idempotency_key must be 1 to 255 printable ASCII characters")
+		}
+		ps, err := s.svc.PaymentsByKey(c.Request().Context(), sc, key[0])
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, newList(ps, false))
+	}
+	var f orchestrator.ListFilter
+	if v := q.Get("status"); v != "" {
+		st := orchestrator.Status(v)
+		if !knownStatus(st) {
+			return orchestrator.ParamError("status", "unknown status %q", v)
+		}
+		f.Status = st
+	}
+	for name, dst := range map[string]**time.Time{"created_gte": &f.CreatedGTE, "created_lt": &f.CreatedLT} {
+		if v := q.Get(name); v != "" {
+			t, err := parseTimeParam(v)
+			if err != nil {
+				return orchestrator.ParamError(name, "%s must be an RFC 3339 time or Unix seconds", name)
+			}
+			*dst = &t
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return orchestrator.ParamError("limit", "limit must be 1 to 100")
+		}
+		f.Limit = n
+	}
+	if v := q.Get("starting_after"); v != "" {
+		if !validID(v) {
+			return orchestrator.ParamError("starting_after", "starting_after must be a payment id")
+		}
+		f.StartingAfter = v
+	}
+	ps, more, err := s.svc.ListPayments(c.Request().Context(), sc, f)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(ps, more))
+}
+
+func knownStatus(s orchestrator.Status) bool {
+	switch s {
+	case orchestrator.StatusPending, orchestrator.StatusAuthorized, orchestrator.StatusFailed, orchestrator.StatusCaptured,
+		orchestrator.StatusCanceled, orchestrator.StatusExpired, orchestrator.StatusPartiallyRefunded, orchestrator.StatusRefunded:
+		return true
+	}
+	return false
+}
+
+func parseTimeParam(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(n, 0).UTC(), nil
+}

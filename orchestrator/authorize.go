@@ -1,0 +1,297 @@
+package orchestrator
+
+import (
+	"context"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bojanz/currency"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// AuthorizeInput is a request to place a hold.
+type AuthorizeInput struct {
+	TenantID    int64
+	Key         string
+	Fingerprint Fingerprint
+	AmountMinor   int64
+	Currency      string
+	Provider      string
+	PaymentMethod string
+	Description   string
+	Metadata      map[string]string
+}
+
+// The operations of the idempotency protocol: route templates, which scope
+// idempotency keys and forwarded provider keys.
+const (
+	OpAuthorize = "POST /v1/payments"
+	OpCapture   = "POST /v1/payments/{id}/capture"
+	OpCancel    = "POST /v1/payments/{id}/cancel"
+	OpRefund    = "POST /v1/payments/{id}/refunds"
+)
+
+// Limits on payment fields (Stripe's, where it has one).
+const (
+	MaxAmountMinor      = 99_999_999_999
+	maxDescriptionLen   = 1000
+	maxMetadataKeys     = 50
+	maxMetadataKeyLen   = 40
+	maxMetadataValueLen = 500
+	// DefaultPaymentMethod is used when a request names none.
+	DefaultPaymentMethod = "pm_card_visa"
+)
+
+var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
+
+// ValidateCurrency checks an ISO 4217 alpha-3 code against the real list
+// and returns its exponent (digits of the minor unit).
+func ValidateCurrency(code string) (int, error) {
+	if len(code) != 3 || code[0] < 'A' || code[0] > 'Z' || code[1] < 'A' || code[1] > 'Z' || code[2] < 'A' || code[2] > 'Z' {
+		return 0, ParamError("currency", "currency must be an upper-case ISO 4217 code such as EUR")
+	}
+	d, ok := currency.GetDigits(code)
+	if !ok || !currency.IsValid(code) {
+		return 0, ParamError("currency", "%s is not an ISO 4217 currency", code)
+	}
+	return int(d), nil
+}
+
+// Validate checks the input before anything is claimed or written, and
+// fills in defaults. Errors: validation_failed naming the field.
+func (in *AuthorizeInput) Validate(s *Service) error {
+	if in.AmountMinor <= 0 || in.AmountMinor > MaxAmountMinor {
+		return ParamError("amount_minor", "amount_minor must be a whole number from 1 to %d (minor units)", int64(MaxAmountMinor))
+	}
+	if _, err := ValidateCurrency(in.Currency); err != nil {
+		return err
+	}
+	if in.Provider == "" {
+		in.Provider = s.defaultProvider
+	}
+	if _, ok := s.providers[in.Provider]; !ok {
+		return ParamError("provider", "provider %q is not configured", in.Provider)
+	}
+	if in.PaymentMethod == "" {
+		in.PaymentMethod = DefaultPaymentMethod
+	}
+	if !paymentMethodRE.MatchString(in.PaymentMethod) {
+		return ParamError("payment_method", "payment_method must look like pm_card_visa")
+	}
+	if utf8.RuneCountInString(in.Description) > maxDescriptionLen {
+		return ParamError("description", "description is longer than %d characters", maxDescriptionLen)
+	}
+	if len(in.Metadata) > maxMetadataKeys {
+		return ParamError("metadata", "metadata has more than %d keys", maxMetadataKeys)
+	}
+	for k, v := range in.Metadata {
+		if k == "" || utf8.RuneCountInString(k) > maxMetadataKeyLen || utf8.RuneCountInString(v) > maxMetadataValueLen {
+			return ParamError("metadata", "metadata keys must be 1 to %d characters and values at most %d", maxMetadataKeyLen, maxMetadataValueLen)
+		}
+	}
+	if in.Metadata == nil {
+		in.Metadata = map[string]string{}
+	}
+	return nil
+}
+
+// Outcome is the result of a money movement: the payment as it stands and,
+// for refunds, the refund. Pending means the provider's answer is not known
+// yet (SPEC: 202, not stored; a retry with the same key resumes it).
+type Outcome struct {
+	Payment Payment
+	Refund  *Refund
+	Pending bool
+}
+
+// Authorize places a hold (SPEC: POST /v1/payments). The payment row is
+// created first (id deterministic in tenant and key), then the provider is
+// called with no transaction open, then the answer is recorded. A retry
+// resumes where the last attempt stopped; after the key expired, the same
+// body finds the same payment and another body is idempotency_key_reused.
+// Errors: validation_failed, idempotency_key_reused, payment_declined (with
+// the failed payment in the Outcome), provider_unavailable, internal.
+func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (Outcome, error) {
+	if err := in.Validate(s); err != nil {
+		return Outcome{}, err
+	}
+	id := PaymentID(in.TenantID, in.Key)
+	var p Payment
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now := s.now()
+		q := `INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
+				currency, provider, payment_method, description, metadata, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $10, $11, $12, $12)
+			ON CONFLICT (tenant_id, id) DO NOTHING
+			RETURNING ` + paymentCols
+		rows, _ := tx.Query(ctx, q, in.TenantID, id, in.Key, in.Fingerprint.Hash, in.Fingerprint.Fields, in.AmountMinor,
+			in.Currency, in.Provider, in.PaymentMethod, in.Description, in.Metadata, now)
+		var err error
+		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		if err == nil {
+			if err := stateEvent(ctx, tx, p.TenantID, p.ID, nil, StatusPending, map[string]any{"idempotency_key": in.Key}, now); err != nil {
+				return err
+			}
+			return checkpoint(ctx, tx, c, "payment_created", p.ID, now)
+		}
+		if !isNoRows(err) {
+			return err
+		}
+		rows, _ = tx.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, in.TenantID, id)
+		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		return err
+	})
+	if err != nil {
+		return Outcome{}, internalf("create payment: %w", err)
+	}
+	if string(p.requestHash) != string(in.Fingerprint.Hash) {
+		// The key's record is gone (expired and purged) but the payment
+		// keeps the first request's fingerprint.
+		return Outcome{}, reusedError(p.fieldHashes, in.Fingerprint.Fields)
+	}
+	if p.Status != StatusPending {
+		return authorizeResult(p)
+	}
+	return s.authorizeAtProvider(ctx, c, p, providers.ForwardedKey(in.TenantID, OpAuthorize, in.Key))
+}
+
+// authorizeResult maps a settled payment to the answer of its authorize
+// request: a failed payment is payment_declined.
+func authorizeResult(p Payment) (Outcome, error) {
+	if p.Status == StatusFailed {
+		code := ""
+		if p.FailureCode != nil {
+			code = *p.FailureCode
+		}
+		return Outcome{Payment: p}, &Error{Code: CodePaymentDeclined, Message: "the payment was declined: " + code}
+	}
+	return Outcome{Payment: p, Pending: p.Status == StatusPending}, nil
+}
+
+// authorizeAtProvider calls the provider for a pending payment with its
+// forwarded key and records the answer. Used by requests and the resolver.
+func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, fwd string) (Outcome, error) {
+	prov := s.providers[p.Provider]
+	if prov == nil {
+		return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
+	}
+	req := providers.AuthorizeRequest{
+		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
+		PaymentMethod: p.PaymentMethod, Description: p.Description,
+		OnReference: func(ctx context.Context, ref string) error {
+			const q = `UPDATE payments SET provider_ref = $3 WHERE tenant_id = $1 AND id = $2 AND provider_ref IS NULL`
+			_, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, ref)
+			return err
+		},
+	}
+	var hold providers.Hold
+	err := s.callProvider(ctx, p, "authorize", fwd, func(ctx context.Context) error {
+		var err error
+		hold, err = prov.Authorize(ctx, req)
+		return err
+	})
+	return s.settleAuthorize(ctx, c, p, hold, err)
+}
+
+// settleAuthorize records a provider's answer to an authorization of a
+// pending payment.
+func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error) (Outcome, error) {
+	var to Status
+	var failure *string
+	switch kind := providers.KindOf(callErr); {
+	case callErr == nil && hold.Status == providers.StatusAuthorized:
+		to = StatusAuthorized
+	case callErr == nil && hold.Status == providers.StatusDeclined:
+		to = StatusFailed
+		code := hold.DeclineCode
+		failure = &code
+	case callErr == nil:
+		s.logger.WarnContext(ctx, "provider answered authorize with an unexpected status; payment stays pending",
+			"payment_id", p.ID, "provider_status", hold.Status)
+		return Outcome{Payment: p, Pending: true}, nil
+	case kind == providers.KindDeclined || kind == providers.KindRejected:
+		if providers.CodeOf(callErr) == providers.CodeIdempotencyMismatch {
+			return Outcome{}, internalf("provider refused forwarded key of %s: %w", p.ID, callErr)
+		}
+		to = StatusFailed
+		code := providers.CodeOf(callErr)
+		failure = &code
+	case kind == providers.KindNotExecuted:
+		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
+			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
+	default: // unknown outcome: keep pending, settle later with the same key
+		return Outcome{Payment: p, Pending: true}, nil
+	}
+
+	var out Payment
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now := s.now()
+		var ref *string
+		if hold.Ref != "" {
+			ref = &hold.Ref
+		}
+		var captureBefore *time.Time
+		if !hold.CaptureBefore.IsZero() {
+			captureBefore = &hold.CaptureBefore
+		}
+		q := `UPDATE payments SET status = $3, provider_ref = coalesce($4, provider_ref), capture_before = $5,
+				failure_code = $6, updated_at = $7
+			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
+			RETURNING ` + paymentCols
+		rows, _ := tx.Query(ctx, q, p.TenantID, p.ID, to, ref, captureBefore, failure, now)
+		var err error
+		out, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		if isNoRows(err) {
+			// Settled meanwhile by another execution or the resolver.
+			rows, _ := tx.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID)
+			out, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		from := StatusPending
+		detail := map[string]any{}
+		if failure != nil {
+			detail["failure_code"] = *failure
+		}
+		if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, to, detail, now); err != nil {
+			return err
+		}
+		return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
+	})
+	if err != nil {
+		return Outcome{}, internalf("settle authorization: %w", err)
+	}
+	return authorizeResult(out)
+}
+
+// callProvider runs one provider call under the provider timeout and
+// appends it to the payment's history: operation, forwarded key, outcome
+// and latency. The history write is best effort: the call already happened.
+func (s *Service) callProvider(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, s.providerTimeout)
+	start := time.Now()
+	err := call(cctx)
+	cancel()
+	latency := float64(time.Since(start).Microseconds()) / 1000
+	outcome := "ok"
+	detail := map[string]any{"provider": p.Provider}
+	if err != nil {
+		outcome = providers.KindOf(err).String()
+		if code := providers.CodeOf(err); code != "" {
+			detail["code"] = code
+		}
+	}
+	const q = `INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
+		VALUES ($1, $2, 'provider_call', $3, $4, $5, $6, $7, $8)`
+	if _, werr := s.pool.Exec(ctx, q, p.TenantID, p.ID, operation, fwd, outcome, latency, detail, s.now()); werr != nil {
+		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", operation, "error", werr)
+	}
+	s.logger.InfoContext(ctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
+		"forwarded_key", fwd, "outcome", outcome, "latency_ms", latency)
+	return err
+}

@@ -1,0 +1,299 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// IdempotencyRequest is one keyed POST, as the protocol sees it.
+type IdempotencyRequest struct {
+	TenantID int64
+	// Operation is the route template, e.g. "POST /v1/payments/{id}/capture".
+	Operation   string
+	Key         string
+	Fingerprint Fingerprint
+}
+
+// StoredResponse is a final response kept for byte-identical replays.
+type StoredResponse struct {
+	Status int               `json:"status"`
+	Header map[string]string `json:"header"`
+	Body   []byte            `json:"-"`
+}
+
+// Claim is the lease on one idempotency key held by the request executing
+// it. Every write made under it is conditional on its token, so a request
+// whose lease was taken over cannot complete the key.
+type Claim struct {
+	TenantID  int64
+	Operation string
+	Key       string
+	token     string
+	// Takeover is set when this claim took over the expired lease of a
+	// crashed (or stuck) owner.
+	Takeover bool
+	// Resumed is set when an earlier execution released the key after an
+	// unknown outcome and this claim picks it up.
+	Resumed bool
+	// RecoveryPoint is the last step the key's executions recorded.
+	RecoveryPoint string
+	ExpiresAt     time.Time
+}
+
+// Begin is the result of BeginIdempotent: exactly one of Claim (execute the
+// request) and Replay (send the stored response) is set when err is nil.
+type Begin struct {
+	Claim  *Claim
+	Replay *StoredResponse
+	// ExpiresAt is the key's expiry, known whenever the key exists (also
+	// with idempotency_key_reused and idempotency_key_in_use).
+	ExpiresAt time.Time
+}
+
+// Idempotency-Key limits (SPEC: Idempotency protocol).
+const (
+	MaxIdempotencyKeyLen = 255
+	// inUseRetryAfter is the Retry-After of idempotency_key_in_use: a
+	// healthy owner finishes in well under a second.
+	inUseRetryAfter = time.Second
+)
+
+// ValidateIdempotencyKey checks an Idempotency-Key header value. Errors:
+// idempotency_key_missing (present is false), idempotency_key_invalid.
+func ValidateIdempotencyKey(key string, present bool) error {
+	if !present {
+		return &Error{Code: CodeIdempotencyKeyMissing, Param: "Idempotency-Key",
+			Message: "the Idempotency-Key header is required on every POST"}
+	}
+	if key == "" || len(key) > MaxIdempotencyKeyLen {
+		return &Error{Code: CodeIdempotencyKeyInvalid, Param: "Idempotency-Key",
+			Message: "Idempotency-Key must be 1 to 255 characters"}
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return &Error{Code: CodeIdempotencyKeyInvalid, Param: "Idempotency-Key",
+				Message: "Idempotency-Key must be printable ASCII"}
+		}
+	}
+	return nil
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = (b[6] & 0x0f) | 0x40 // a version 4 UUID, for the uuid column
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// keyRow is the stored state of a key, as read when a claim conflicts.
+type keyRow struct {
+	RequestHash     []byte
+	FieldHashes     map[string]string
+	Status          string
+	LockToken       *string
+	LockedUntil     *time.Time
+	RecoveryPoint   string
+	ResponseStatus  *int
+	ResponseHeaders map[string]string
+	ResponseBody    []byte
+	ExpiresAt       time.Time
+}
+
+// BeginIdempotent claims req's key or says why not (SPEC: Idempotency
+// protocol): a new key is claimed under the primary key; a completed one
+// with the same fingerprint is replayed; another fingerprint is
+// idempotency_key_reused naming the differing fields; a live lease is
+// idempotency_key_in_use with RetryAfter; an expired or released lease is
+// taken over by compare-and-swap, by exactly one request.
+func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (Begin, error) {
+	for attempt := 0; attempt < 5; attempt++ {
+		now := s.now()
+		token := newToken()
+		lease := now.Add(s.lease)
+		expires := now.Add(s.keyTTL)
+		fields, _ := json.Marshal(req.Fingerprint.Fields)
+		const claim = `
+			INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
+				status, lock_token, locked_until, created_at, updated_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
+			ON CONFLICT (tenant_id, operation, key) DO NOTHING
+			RETURNING expires_at`
+		var exp time.Time
+		err := s.pool.QueryRow(ctx, claim, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
+			token, lease, now, expires).Scan(&exp)
+		if err == nil {
+			return Begin{ExpiresAt: exp, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
+				token: token, RecoveryPoint: "started", ExpiresAt: exp}}, nil
+		}
+		if !isNoRows(err) {
+			return Begin{}, internalf("claim idempotency key: %w", err)
+		}
+
+		const read = `
+			SELECT request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
+				response_status, response_headers, response_body, expires_at
+			FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND key = $3`
+		var k keyRow
+		err = s.pool.QueryRow(ctx, read, req.TenantID, req.Operation, req.Key).Scan(&k.RequestHash, &k.FieldHashes,
+			&k.Status, &k.LockToken, &k.LockedUntil, &k.RecoveryPoint, &k.ResponseStatus, &k.ResponseHeaders,
+			&k.ResponseBody, &k.ExpiresAt)
+		if isNoRows(err) {
+			continue // purged between our insert and read: claim again
+		}
+		if err != nil {
+			return Begin{}, internalf("read idempotency key: %w", err)
+		}
+
+		if !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)) {
+			// Expired but not yet purged: the key starts over. The payment
+			// itself is found again by its deterministic id.
+			const renew = `
+				UPDATE idempotency_keys SET request_hash = $4, field_hashes = $5, status = 'in_progress',
+					lock_token = $6, locked_until = $7, recovery_point = 'started', takeovers = 0, payment_id = NULL,
+					response_status = NULL, response_headers = NULL, response_body = NULL,
+					created_at = $8, updated_at = $8, expires_at = $9
+				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND expires_at <= $8
+					AND lock_token IS NOT DISTINCT FROM $10::uuid
+				RETURNING expires_at`
+			err := s.pool.QueryRow(ctx, renew, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
+				token, lease, now, expires, k.LockToken).Scan(&exp)
+			if isNoRows(err) {
+				continue
+			}
+			if err != nil {
+				return Begin{}, internalf("renew idempotency key: %w", err)
+			}
+			return Begin{ExpiresAt: exp, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
+				token: token, RecoveryPoint: "started", ExpiresAt: exp}}, nil
+		}
+
+		if string(k.RequestHash) != string(req.Fingerprint.Hash) {
+			return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
+		}
+		if k.Status == "completed" {
+			return Begin{ExpiresAt: k.ExpiresAt, Replay: &StoredResponse{
+				Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}}, nil
+		}
+		if k.LockedUntil != nil && k.LockedUntil.After(now) {
+			return Begin{ExpiresAt: k.ExpiresAt}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
+				Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
+		}
+		// Released (unknown outcome) or expired (crashed owner): take over by
+		// compare-and-swap on the token we read. Exactly one taker wins.
+		takeover := k.LockedUntil != nil
+		const cas = `
+			UPDATE idempotency_keys SET lock_token = $4, locked_until = $5, updated_at = $6,
+				takeovers = takeovers + CASE WHEN $8 THEN 1 ELSE 0 END
+			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND status = 'in_progress'
+				AND lock_token IS NOT DISTINCT FROM $7::uuid
+				AND (locked_until IS NULL OR locked_until <= $6)`
+		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover)
+		if err != nil {
+			return Begin{}, internalf("take over idempotency key: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			continue // someone else took it: read again (and most likely find it in use)
+		}
+		if takeover {
+			s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
+				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
+		}
+		return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
+			token: token, Takeover: takeover, Resumed: !takeover, RecoveryPoint: k.RecoveryPoint, ExpiresAt: k.ExpiresAt}}, nil
+	}
+	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
+		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
+}
+
+func reusedError(stored, presented map[string]string) *Error {
+	fields := DifferingFields(stored, presented)
+	msg := "this Idempotency-Key was used with a different request"
+	if len(fields) > 0 {
+		msg += "; fields that differ: "
+		for i, f := range fields {
+			if i > 0 {
+				msg += ", "
+			}
+			msg += f
+		}
+	}
+	return &Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key", Fields: fields, Message: msg}
+}
+
+// ErrLeaseLost is returned by CompleteIdempotent when another request took
+// the key over meanwhile; the effects are idempotent, so the response
+// computed is still right, but it is not the stored one.
+var ErrLeaseLost = errors.New("idempotency lease lost to another request")
+
+// CompleteIdempotent stores the final response of claim's request and
+// marks the key completed.
+func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID string, res StoredResponse) error {
+	const q = `
+		UPDATE idempotency_keys SET status = 'completed', response_status = $5, response_headers = $6,
+			response_body = $7, payment_id = nullif($8, ''), recovery_point = 'finished',
+			lock_token = NULL, locked_until = NULL, updated_at = $9
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
+	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
+	if err != nil {
+		return internalf("complete idempotency key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// ReleaseIdempotent gives claim's lease up without storing a response (5xx
+// and unknown outcomes), so the next retry resumes at once.
+func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
+	const q = `
+		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $5
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
+	if _, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, s.now()); err != nil {
+		return internalf("release idempotency key: %w", err)
+	}
+	return nil
+}
+
+// checkpoint records the step claim's request reached, in tx (so it lands
+// with the business write it describes). A nil claim (the resolver) records
+// nothing.
+func checkpoint(ctx context.Context, tx pgx.Tx, c *Claim, point, paymentID string, now time.Time) error {
+	if c == nil {
+		return nil
+	}
+	const q = `
+		UPDATE idempotency_keys SET recovery_point = $5, payment_id = coalesce(payment_id, nullif($6, '')), updated_at = $7
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
+	_, err := tx.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, point, paymentID, now)
+	return err
+}
+
+// PurgeExpiredKeys deletes up to batch expired keys whose lease is not
+// held, and returns how many it deleted. Several instances may run it at
+// once: rows another purge holds are skipped.
+func (s *Service) PurgeExpiredKeys(ctx context.Context, batch int) (int, error) {
+	const q = `
+		DELETE FROM idempotency_keys k
+		USING (
+			SELECT tenant_id, operation, key FROM idempotency_keys
+			WHERE expires_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+			ORDER BY expires_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		) x
+		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key`
+	tag, err := s.pool.Exec(ctx, q, s.now(), batch)
+	if err != nil {
+		return 0, internalf("purge idempotency keys: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,374 @@
+package orchestrator
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// opKind is the kind of a money movement on an authorized payment.
+type opKind string
+
+const (
+	opCapture opKind = "capture"
+	opCancel  opKind = "cancel"
+	opRefund  opKind = "refund"
+)
+
+// operation is a capture, cancel or refund as stored.
+type operation struct {
+	TenantID     int64
+	ID           string
+	PaymentID    string
+	Kind         opKind
+	Key          string
+	ForwardedKey string
+	Status       string
+	AmountMinor  int64
+	ProviderRef  *string
+	FailureCode  *string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+const operationCols = `tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+	provider_ref, failure_code, created_at, updated_at`
+
+// Refund is one refund of a captured payment.
+type Refund struct {
+	ID          string    `json:"id"`
+	Object      string    `json:"object"`
+	PaymentID   string    `json:"payment_id"`
+	Status      string    `json:"status"`
+	AmountMinor int64     `json:"amount_minor"`
+	Currency    string    `json:"currency"`
+	ProviderRef *string   `json:"provider_ref"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// OperationInput is a capture, cancel or refund request.
+type OperationInput struct {
+	TenantID  int64
+	PaymentID string
+	Key       string
+	// AmountMinor: capture or refund this much; 0 means all (the whole
+	// hold, or everything not yet refunded). Ignored by cancel.
+	AmountMinor int64
+}
+
+var opMeta = map[opKind]struct {
+	route, prefix, verb string
+	to                  Status
+}{
+	opCapture: {OpCapture, "cap_", "capture", StatusCaptured},
+	opCancel:  {OpCancel, "cnl_", "cancel", StatusCanceled},
+	opRefund:  {OpRefund, "re_", "refund", StatusRefunded},
+}
+
+// Capture captures an authorized payment, all of it or part (the rest of
+// the hold is released). Errors: not_found, payment_state_conflict
+// (not authorized, already captured or canceled under another key, hold
+// expired), amount_exceeds_authorized, provider_unavailable, internal.
+func (s *Service) Capture(ctx context.Context, c *Claim, in OperationInput) (Outcome, error) {
+	return s.moveMoney(ctx, c, opCapture, in)
+}
+
+// Cancel voids an authorized payment's hold. Errors: not_found,
+// payment_state_conflict, provider_unavailable, internal.
+func (s *Service) Cancel(ctx context.Context, c *Claim, in OperationInput) (Outcome, error) {
+	in.AmountMinor = 0
+	return s.moveMoney(ctx, c, opCancel, in)
+}
+
+// Refund refunds part or all of what is left of a captured payment;
+// refunds add up to at most the captured amount. Errors: not_found,
+// payment_state_conflict, amount_exceeds_authorized (more than is left to
+// refund), provider_unavailable, internal.
+func (s *Service) Refund(ctx context.Context, c *Claim, in OperationInput) (Outcome, error) {
+	return s.moveMoney(ctx, c, opRefund, in)
+}
+
+// moveMoney is the one path of capture, cancel and refund: record the
+// operation (deterministic id) under the payment's row lock, call the
+// provider with no transaction open, record the answer.
+func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in OperationInput) (Outcome, error) {
+	if in.AmountMinor < 0 || in.AmountMinor > MaxAmountMinor {
+		return Outcome{}, ParamError("amount_minor", "amount_minor must be a positive whole number of minor units")
+	}
+	meta := opMeta[kind]
+	opID := operationID(meta.prefix, in.TenantID, meta.route, in.Key)
+	fwd := providers.ForwardedKey(in.TenantID, meta.route, in.Key)
+
+	var (
+		p        Payment
+		op       operation
+		finalErr error // a business refusal decided inside the transaction
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now := s.now()
+		rows, _ := tx.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+			in.TenantID, in.PaymentID)
+		var err error
+		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		if isNoRows(err) {
+			finalErr = notFound(in.PaymentID)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rows, _ = tx.Query(ctx, `SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`,
+			in.TenantID, opID)
+		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+		if err == nil {
+			if op.PaymentID != in.PaymentID {
+				// Only reachable once the key's record was purged.
+				finalErr = &Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key", Fields: []string{"path.id"},
+					Message: "this Idempotency-Key was used to " + meta.verb + " another payment"}
+			}
+			return nil // resume
+		}
+		if !isNoRows(err) {
+			return err
+		}
+
+		amount, expire, refusal := s.admit(kind, p, in.AmountMinor, now)
+		if kind == opRefund && refusal == nil {
+			var reserved int64
+			err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
+				WHERE tenant_id = $1 AND payment_id = $2 AND kind = 'refund' AND status <> 'failed'`,
+				p.TenantID, p.ID).Scan(&reserved)
+			if err != nil {
+				return err
+			}
+			left := p.CapturedMinor - reserved
+			switch {
+			case left <= 0:
+				refusal = Errorf(CodePaymentStateConflict, "the payment is fully refunded (or refunds in flight cover it)")
+			case amount == 0:
+				amount = left
+			case amount > left:
+				refusal = &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor",
+					Message: "amount_minor exceeds what is left to refund"}
+			}
+		}
+		if expire {
+			from := p.Status
+			if _, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3 WHERE tenant_id = $1 AND id = $2`,
+				p.TenantID, p.ID, now); err != nil {
+				return err
+			}
+			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now); err != nil {
+				return err
+			}
+		}
+		if refusal != nil {
+			finalErr = refusal
+			return nil
+		}
+		q := `INSERT INTO payment_operations (tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, amount_minor,
+				created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+			RETURNING ` + operationCols
+		rows, _ = tx.Query(ctx, q, p.TenantID, opID, p.ID, kind, in.Key, fwd, amount, now)
+		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+		if code, con := constraintOf(err); code == pgUniqueViolation && con == "payment_operations_one_settlement_key" {
+			finalErr = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return checkpoint(ctx, tx, c, kind.String()+"_recorded", p.ID, now)
+	})
+	if err != nil {
+		return Outcome{}, internalf("%s: %w", meta.verb, err)
+	}
+	if finalErr != nil {
+		return Outcome{Payment: p}, finalErr
+	}
+	switch op.Status {
+	case "succeeded", "failed":
+		return s.operationResult(ctx, op)
+	}
+	return s.operationAtProvider(ctx, c, p, op)
+}
+
+func (k opKind) String() string { return string(k) }
+
+// admit decides whether a new operation of kind may start on p, and its
+// amount. expire reports that the hold has lapsed and p must become
+// expired.
+func (s *Service) admit(kind opKind, p Payment, amount int64, now time.Time) (int64, bool, error) {
+	switch kind {
+	case opCapture, opCancel:
+		if p.Status == StatusAuthorized && p.CaptureBefore != nil && !now.Before(*p.CaptureBefore) {
+			return 0, true, Errorf(CodePaymentStateConflict, "the hold expired at %s", p.CaptureBefore.Format(time.RFC3339))
+		}
+		if err := checkTransition(p.Status, opMeta[kind].to, opMeta[kind].verb); err != nil {
+			return 0, false, err
+		}
+		if kind == opCancel {
+			return 0, false, nil
+		}
+		if amount == 0 {
+			amount = p.AmountMinor
+		}
+		if amount > p.AmountMinor {
+			return 0, false, &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor",
+				Message: "amount_minor exceeds the authorized amount"}
+		}
+		return amount, false, nil
+	default: // refund
+		if p.Status != StatusCaptured && p.Status != StatusPartiallyRefunded {
+			return 0, false, Errorf(CodePaymentStateConflict, "cannot refund a payment that is %s", p.Status)
+		}
+		return amount, false, nil
+	}
+}
+
+// operationAtProvider calls the provider for a pending operation with its
+// forwarded key and records the answer. Used by requests and the resolver.
+func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, op operation) (Outcome, error) {
+	prov := s.providers[p.Provider]
+	if prov == nil || p.ProviderRef == nil {
+		return Outcome{}, internalf("operation %s: payment %s has no provider reference", op.ID, p.ID)
+	}
+	ref := *p.ProviderRef
+	var (
+		hold     providers.Hold
+		refundID string
+	)
+	err := s.callProvider(ctx, p, string(op.Kind), op.ForwardedKey, func(ctx context.Context) error {
+		var err error
+		switch op.Kind {
+		case opCapture:
+			hold, err = prov.Capture(ctx, providers.CaptureRequest{Key: op.ForwardedKey, Ref: ref, AmountMinor: op.AmountMinor})
+		case opCancel:
+			hold, err = prov.Cancel(ctx, providers.CancelRequest{Key: op.ForwardedKey, Ref: ref})
+		case opRefund:
+			var r providers.Refund
+			r, err = prov.Refund(ctx, providers.RefundRequest{Key: op.ForwardedKey, Ref: ref, AmountMinor: op.AmountMinor})
+			refundID = r.Ref
+		}
+		return err
+	})
+	_ = hold
+	return s.settleOperation(ctx, c, p, op, refundID, err)
+}
+
+// settleOperation records a provider's answer to a pending operation.
+func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op operation, refundID string, callErr error) (Outcome, error) {
+	kind := providers.KindOf(callErr)
+	switch {
+	case callErr == nil:
+	case kind == providers.KindNotExecuted:
+		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
+			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
+	case kind == providers.KindUnknown:
+		return Outcome{Payment: p, Pending: true}, nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now := s.now()
+		if callErr != nil { // declined or rejected: final
+			code := providers.CodeOf(callErr)
+			tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'failed', failure_code = $3, updated_at = $4
+				WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, code, now)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err
+			}
+			if code == providers.CodeHoldExpired {
+				tag, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3
+					WHERE tenant_id = $1 AND id = $2 AND status = 'authorized'`, p.TenantID, p.ID, now)
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() == 1 {
+					from := StatusAuthorized
+					if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, nil, now); err != nil {
+						return err
+					}
+				}
+			}
+			return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
+		}
+		var ref *string
+		if refundID != "" {
+			ref = &refundID
+		}
+		tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce($3, provider_ref), updated_at = $4
+			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, ref, now)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // settled meanwhile: nothing to add
+		}
+		var from, to Status
+		q := `UPDATE payments p SET
+				status = CASE
+					WHEN $3 = 'capture' THEN 'captured'
+					WHEN $3 = 'cancel' THEN 'canceled'
+					WHEN p.refunded_minor + $4 >= p.captured_minor THEN 'refunded'
+					ELSE 'partially_refunded' END,
+				captured_minor = CASE WHEN $3 = 'capture' THEN $4 ELSE p.captured_minor END,
+				refunded_minor = CASE WHEN $3 = 'refund' THEN p.refunded_minor + $4 ELSE p.refunded_minor END,
+				updated_at = $5
+			FROM (SELECT status FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE) old
+			WHERE p.tenant_id = $1 AND p.id = $2
+			RETURNING old.status, p.status`
+		if err := tx.QueryRow(ctx, q, p.TenantID, p.ID, op.Kind, op.AmountMinor, now).Scan(&from, &to); err != nil {
+			return err
+		}
+		if !CanTransition(from, to) {
+			// The provider moved money we did not expect to be movable:
+			// record it as it is, loudly; reconciliation will flag it too.
+			s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
+				"payment_id", p.ID, "operation", op.ID, "from", from, "to", to)
+		}
+		detail := map[string]any{"operation_id": op.ID, "amount_minor": op.AmountMinor}
+		if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, to, detail, now); err != nil {
+			return err
+		}
+		return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
+	})
+	if err != nil {
+		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
+	}
+	rows, _ := s.pool.Query(ctx, `SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.ID)
+	op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+	if err != nil {
+		return Outcome{}, internalf("reload %s: %w", op.Kind, err)
+	}
+	return s.operationResult(ctx, op)
+}
+
+// operationResult is the answer to a settled operation's request: the
+// payment (and the refund), or the business error it failed with.
+func (s *Service) operationResult(ctx context.Context, op operation) (Outcome, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.PaymentID)
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	if err != nil {
+		return Outcome{}, internalf("reload payment: %w", err)
+	}
+	out := Outcome{Payment: p, Pending: op.Status == "pending"}
+	if op.Kind == opRefund {
+		out.Refund = &Refund{ID: op.ID, Object: "refund", PaymentID: op.PaymentID, Status: op.Status,
+			AmountMinor: op.AmountMinor, Currency: p.Currency, ProviderRef: op.ProviderRef, CreatedAt: op.CreatedAt.UTC()}
+	}
+	if op.Status == "failed" {
+		code := ""
+		if op.FailureCode != nil {
+			code = *op.FailureCode
+		}
+		switch code {
+		case providers.CodeAmountTooLarge:
+			return out, &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor", Message: "the provider refused the amount"}
+		case providers.CodeHoldExpired:
+			return out, Errorf(CodePaymentStateConflict, "the hold expired before it could be captured")
+		default:
+			return out, Errorf(CodePaymentStateConflict, "the provider refused to %s the payment (%s)", op.Kind, code)
+		}
+	}
+	return out, nil
+}

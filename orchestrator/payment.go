@@ -1,0 +1,255 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status is a payment's state (SPEC: Payments).
+type Status string
+
+// Payment states.
+const (
+	StatusPending           Status = "pending"
+	StatusAuthorized        Status = "authorized"
+	StatusFailed            Status = "failed"
+	StatusCaptured          Status = "captured"
+	StatusCanceled          Status = "canceled"
+	StatusExpired           Status = "expired"
+	StatusPartiallyRefunded Status = "partially_refunded"
+	StatusRefunded          Status = "refunded"
+)
+
+// transitions is the one state machine: from → allowed next states.
+var transitions = map[Status][]Status{
+	StatusPending:           {StatusAuthorized, StatusFailed},
+	StatusAuthorized:        {StatusCaptured, StatusCanceled, StatusExpired},
+	StatusCaptured:          {StatusPartiallyRefunded, StatusRefunded},
+	StatusPartiallyRefunded: {StatusPartiallyRefunded, StatusRefunded},
+}
+
+// CanTransition reports whether a payment in state from may move to to.
+func CanTransition(from, to Status) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// checkTransition returns payment_state_conflict for an illegal move.
+func checkTransition(from, to Status, what string) error {
+	if CanTransition(from, to) {
+		return nil
+	}
+	return Errorf(CodePaymentStateConflict, "cannot %s a payment that is %s", what, from)
+}
+
+// Payment is an authorized hold and what became of it. Amounts are in the
+// currency's minor unit.
+type Payment struct {
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	TenantID       int64             `json:"tenant_id"`
+	Status         Status            `json:"status"`
+	AmountMinor    int64             `json:"amount_minor"`
+	Currency       string            `json:"currency"`
+	CapturedMinor  int64             `json:"captured_minor"`
+	RefundedMinor  int64             `json:"refunded_minor"`
+	Provider       string            `json:"provider"`
+	ProviderRef    *string           `json:"provider_ref"`
+	PaymentMethod  string            `json:"payment_method"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Description    string            `json:"description"`
+	Metadata       map[string]string `json:"metadata"`
+	FailureCode    *string           `json:"failure_code"`
+	CaptureBefore  *time.Time        `json:"capture_before"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+
+	requestHash []byte
+	fieldHashes map[string]string
+}
+
+// paymentCols is the column list every payment read uses, in scanPayment's
+// order.
+const paymentCols = `tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+	capture_before, created_at, updated_at, request_hash, field_hashes`
+
+func scanPayment(row pgx.CollectableRow) (Payment, error) {
+	var p Payment
+	err := row.Scan(&p.TenantID, &p.ID, &p.Status, &p.AmountMinor, &p.Currency, &p.CapturedMinor, &p.RefundedMinor,
+		&p.Provider, &p.ProviderRef, &p.PaymentMethod, &p.IdempotencyKey, &p.Description, &p.Metadata, &p.FailureCode,
+		&p.CaptureBefore, &p.CreatedAt, &p.UpdatedAt, &p.requestHash, &p.fieldHashes)
+	p.Object = "payment"
+	if p.Metadata == nil {
+		p.Metadata = map[string]string{}
+	}
+	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	if p.CaptureBefore != nil {
+		t := p.CaptureBefore.UTC()
+		p.CaptureBefore = &t
+	}
+	return p, err
+}
+
+// PaymentID is the deterministic id of the payment a tenant creates under
+// an idempotency key: a retry, even after the key expired, names the same
+// payment.
+func PaymentID(tenantID int64, key string) string {
+	sum := sha256.Sum256([]byte(strconv.FormatInt(tenantID, 10) + ":" + key))
+	return "pay_" + hex.EncodeToString(sum[:16])
+}
+
+// operationID is the deterministic id of a capture, cancel or refund.
+func operationID(prefix string, tenantID int64, operation, key string) string {
+	sum := sha256.Sum256([]byte(strconv.FormatInt(tenantID, 10) + ":" + operation + ":" + key))
+	return prefix + hex.EncodeToString(sum[:16])
+}
+
+// Scope says whose payments a read may see: a merchant's own tenant
+// (TenantID > 0) or every tenant (staff, TenantID == 0).
+type Scope struct{ TenantID int64 }
+
+// ScopeOf is the read scope of p.
+func ScopeOf(p Principal) Scope {
+	if p.Role == RoleMerchant {
+		return Scope{TenantID: p.TenantID}
+	}
+	return Scope{}
+}
+
+func notFound(id string) error {
+	return &Error{Code: CodeNotFound, Message: "no payment " + strconv.Quote(id)}
+}
+
+// GetPayment reads one payment. Another tenant's payment is not_found.
+func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment, error) {
+	q := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1 AND ($2 = 0 OR tenant_id = $2)`
+	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	if isNoRows(err) {
+		return Payment{}, notFound(id)
+	}
+	if err != nil {
+		return Payment{}, internalf("get payment: %w", err)
+	}
+	return p, nil
+}
+
+// PaymentsByKey finds the payments created under an idempotency key: at
+// most one per tenant; staff scope may see several tenants'.
+func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Payment, error) {
+	q := `SELECT ` + paymentCols + ` FROM payments WHERE idempotency_key = $1 AND ($2 = 0 OR tenant_id = $2)
+		ORDER BY created_at DESC, id LIMIT 100`
+	rows, _ := s.pool.Query(ctx, q, key, sc.TenantID)
+	ps, err := pgx.CollectRows(rows, scanPayment)
+	if err != nil {
+		return nil, internalf("payments by key: %w", err)
+	}
+	return ps, nil
+}
+
+// ListFilter selects a page of a tenant's payments, newest first.
+type ListFilter struct {
+	Status        Status
+	CreatedGTE    *time.Time
+	CreatedLT     *time.Time
+	Limit         int
+	StartingAfter string
+}
+
+// ListPayments returns a page of payments and whether more follow.
+// Errors: validation_failed (bad cursor).
+func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]Payment, bool, error) {
+	if f.Limit <= 0 {
+		f.Limit = 10
+	}
+	if f.Limit > 100 {
+		return nil, false, ParamError("limit", "limit must be 1 to 100")
+	}
+	var cursorAt *time.Time
+	cursorID := ""
+	if f.StartingAfter != "" {
+		c, err := s.GetPayment(ctx, sc, f.StartingAfter)
+		if ErrorCode(err) == CodeNotFound {
+			return nil, false, ParamError("starting_after", "starting_after names no payment of yours")
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		cursorAt, cursorID = &c.CreatedAt, c.ID
+	}
+	q := `SELECT ` + paymentCols + ` FROM payments
+		WHERE ($1 = 0 OR tenant_id = $1)
+		  AND ($2 = '' OR status = $2)
+		  AND ($3::timestamptz IS NULL OR created_at >= $3)
+		  AND ($4::timestamptz IS NULL OR created_at < $4)
+		  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6))
+		ORDER BY created_at DESC, id DESC
+		LIMIT $7`
+	rows, _ := s.pool.Query(ctx, q, sc.TenantID, string(f.Status), f.CreatedGTE, f.CreatedLT, cursorAt, cursorID, f.Limit+1)
+	ps, err := pgx.CollectRows(rows, scanPayment)
+	if err != nil {
+		return nil, false, internalf("list payments: %w", err)
+	}
+	more := len(ps) > f.Limit
+	if more {
+		ps = ps[:f.Limit]
+	}
+	return ps, more, nil
+}
+
+// Event is one entry of a payment's append-only history.
+type Event struct {
+	ID           int64          `json:"id"`
+	PaymentID    string         `json:"payment_id"`
+	Type         string         `json:"type"`
+	FromStatus   *string        `json:"from_status,omitempty"`
+	ToStatus     *string        `json:"to_status,omitempty"`
+	Operation    *string        `json:"operation,omitempty"`
+	ForwardedKey *string        `json:"forwarded_key,omitempty"`
+	Outcome      *string        `json:"outcome,omitempty"`
+	LatencyMS    *float64       `json:"latency_ms,omitempty"`
+	Detail       map[string]any `json:"detail"`
+	CreatedAt    time.Time      `json:"created_at"`
+}
+
+// PaymentEvents returns a payment's history, oldest first. Errors:
+// not_found.
+func (s *Service) PaymentEvents(ctx context.Context, sc Scope, id string) ([]Event, error) {
+	p, err := s.GetPayment(ctx, sc, id)
+	if err != nil {
+		return nil, err
+	}
+	const q = `
+		SELECT id, payment_id, type, from_status, to_status, operation, forwarded_key, outcome, latency_ms, detail, created_at
+		FROM payment_events WHERE tenant_id = $1 AND payment_id = $2 ORDER BY id`
+	rows, _ := s.pool.Query(ctx, q, p.TenantID, p.ID)
+	evs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Event])
+	if err != nil {
+		return nil, internalf("payment events: %w", err)
+	}
+	for i := range evs {
+		evs[i].CreatedAt = evs[i].CreatedAt.UTC()
+	}
+	return evs, nil
+}
+
+// stateEvent appends a state change to a payment's history.
+func stateEvent(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID string, from *Status, to Status, detail map[string]any, at time.Time) error {
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	const q = `INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
+		VALUES ($1, $2, 'state_changed', $3, $4, $5, $6)`
+	_, err := tx.Exec(ctx, q, tenantID, paymentID, from, to, detail, at)
+	return err
+}

@@ -1,0 +1,270 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// ResolveStats counts one resolver pass.
+type ResolveStats struct {
+	Examined int `json:"examined"`
+	Settled  int `json:"settled"`
+	Pending  int `json:"still_pending"`
+	Errors   int `json:"errors"`
+}
+
+// backoffSQL is the wait before an item's next resolve attempt, from its
+// attempts so far: 30s doubling to at most an hour.
+const backoffSQL = `make_interval(secs => least(3600, 30 * power(2, least(resolve_attempts, 12))))`
+
+// ResolvePending settles pending payments and operations untouched for at
+// least olderThan, up to limit of each: a payment whose provider reference
+// is known is settled by one lookup; one without is retried with its
+// forwarded key (the provider replays the first attempt if it ran). Nothing
+// is ever failed for want of an answer: what cannot be settled stays
+// pending, backs off, and is counted. Safe to run on several instances at
+// once (items are picked with SKIP LOCKED and stamped with their next
+// attempt time).
+func (s *Service) ResolvePending(ctx context.Context, olderThan time.Duration, limit int) (ResolveStats, error) {
+	var st ResolveStats
+	payments, err := s.pickPendingPayments(ctx, olderThan, limit)
+	if err != nil {
+		return st, err
+	}
+	for _, p := range payments {
+		st.Examined++
+		out, err := s.resolvePayment(ctx, p)
+		switch {
+		case err != nil && ErrorCode(err) == CodeInternal:
+			st.Errors++
+			s.logger.ErrorContext(ctx, "resolver: payment", "payment_id", p.ID, "error", err)
+		case out.Payment.Status == StatusPending || ErrorCode(err) == CodeProviderUnavailable:
+			st.Pending++
+		default:
+			st.Settled++
+		}
+	}
+	ops, err := s.pickPendingOperations(ctx, olderThan, limit)
+	if err != nil {
+		return st, err
+	}
+	for _, op := range ops {
+		st.Examined++
+		out, err := s.resolveOperation(ctx, op)
+		switch {
+		case err != nil && ErrorCode(err) == CodeInternal:
+			st.Errors++
+			s.logger.ErrorContext(ctx, "resolver: operation", "operation_id", op.ID, "error", err)
+		case out.Pending || ErrorCode(err) == CodeProviderUnavailable:
+			st.Pending++
+		default:
+			st.Settled++
+		}
+	}
+	return st, nil
+}
+
+func (s *Service) pickPendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]Payment, error) {
+	var ps []Payment
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now := s.now()
+		q := `SELECT ` + paymentCols + ` FROM payments
+			WHERE status = 'pending' AND updated_at <= $1 AND (next_resolve_at IS NULL OR next_resolve_at <= $2)
+			ORDER BY next_resolve_at NULLS FIRST, updated_at
+			LIMIT $3
+			FOR UPDATE SKIP LOCKED`
+		rows, _ := tx.Query(ctx, q, now.Add(-olderThan), now, limit)
+		var err error
+		ps, err = pgx.CollectRows(rows, scanPayment)
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if _, err := tx.Exec(ctx, `UPDATE payments SET resolve_attempts = resolve_attempts + 1,
+					next_resolve_at = $3::timestamptz + `+backoffSQL+`
+				WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, internalf("pick pending payments: %w", err)
+	}
+	return ps, nil
+}
+
+func (s *Service) pickPendingOperations(ctx context.Context, olderThan time.Duration, limit int) ([]operation, error) {
+	var ops []operation
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now := s.now()
+		q := `SELECT ` + operationCols + ` FROM payment_operations
+			WHERE status = 'pending' AND updated_at <= $1 AND (next_resolve_at IS NULL OR next_resolve_at <= $2)
+			ORDER BY next_resolve_at NULLS FIRST, updated_at
+			LIMIT $3
+			FOR UPDATE SKIP LOCKED`
+		rows, _ := tx.Query(ctx, q, now.Add(-olderThan), now, limit)
+		var err error
+		ops, err = pgx.CollectRows(rows, pgx.RowToStructByPos[operation])
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if _, err := tx.Exec(ctx, `UPDATE payment_operations SET resolve_attempts = resolve_attempts + 1,
+					next_resolve_at = $3::timestamptz + `+backoffSQL+`
+				WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.ID, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, internalf("pick pending operations: %w", err)
+	}
+	return ops, nil
+}
+
+// resolvePayment settles one pending payment: by lookup when its reference
+// is known, else by retrying the authorization with its forwarded key.
+func (s *Service) resolvePayment(ctx context.Context, p Payment) (Outcome, error) {
+	ctx = WithLogAttrs(ctx, slog.String("payment_id", p.ID), slog.Int64("tenant_id", p.TenantID))
+	prov := s.providers[p.Provider]
+	if prov == nil {
+		return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
+	}
+	fwd := providers.ForwardedKey(p.TenantID, OpAuthorize, p.IdempotencyKey)
+	if p.ProviderRef == nil {
+		return s.authorizeAtProvider(ctx, nil, p, fwd)
+	}
+	var hold providers.Hold
+	err := s.callProvider(ctx, p, "lookup", fwd, func(ctx context.Context) error {
+		var err error
+		hold, err = prov.Lookup(ctx, *p.ProviderRef)
+		return err
+	})
+	if err != nil {
+		if providers.KindOf(err) == providers.KindRejected && providers.CodeOf(err) == providers.CodeNotFound {
+			// The provider never finished creating it: the retry with the
+			// same key creates it (once) or replays what it did.
+			return s.authorizeAtProvider(ctx, nil, p, fwd)
+		}
+		return Outcome{Payment: p, Pending: true}, nil
+	}
+	switch hold.Status {
+	case providers.StatusAuthorized, providers.StatusDeclined:
+		return s.settleAuthorize(ctx, nil, p, hold, nil)
+	case providers.StatusCaptured, providers.StatusCanceled, providers.StatusExpired,
+		providers.StatusPartiallyRefunded, providers.StatusRefunded:
+		// The hold went on without us: settle the authorization first;
+		// reconciliation flags the rest as status_mismatch.
+		hold.Status = providers.StatusAuthorized
+		return s.settleAuthorize(ctx, nil, p, hold, nil)
+	}
+	// Not final at the provider yet (e.g. created, not confirmed): retry
+	// the authorization with the same key.
+	return s.authorizeAtProvider(ctx, nil, p, fwd)
+}
+
+// resolveOperation retries a pending capture, cancel or refund with its
+// forwarded key; the provider replays it if it already ran.
+func (s *Service) resolveOperation(ctx context.Context, op operation) (Outcome, error) {
+	ctx = WithLogAttrs(ctx, slog.String("payment_id", op.PaymentID), slog.Int64("tenant_id", op.TenantID))
+	rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.PaymentID)
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	if err != nil {
+		return Outcome{}, internalf("resolve operation %s: %w", op.ID, err)
+	}
+	return s.operationAtProvider(ctx, nil, p, op)
+}
+
+// PendingStats describes what is still pending, for metrics and alerts.
+type PendingStats struct {
+	Payments   int
+	Operations int
+	OldestAge  time.Duration
+}
+
+// Pending counts pending payments and operations and the age of the oldest.
+func (s *Service) Pending(ctx context.Context) (PendingStats, error) {
+	var st PendingStats
+	var oldest *time.Time
+	err := s.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM payments WHERE status = 'pending'),
+		       (SELECT count(*) FROM payment_operations WHERE status = 'pending'),
+		       least((SELECT min(created_at) FROM payments WHERE status = 'pending'),
+		             (SELECT min(created_at) FROM payment_operations WHERE status = 'pending'))`).
+		Scan(&st.Payments, &st.Operations, &oldest)
+	if err != nil {
+		return st, internalf("pending stats: %w", err)
+	}
+	if oldest != nil {
+		st.OldestAge = s.now().Sub(*oldest)
+	}
+	return st, nil
+}
+
+// Worker runs a function every interval, each run under a timeout, until
+// Stop. It is how the resolver and the key sweeper run inside `serve`.
+type Worker struct {
+	name     string
+	interval time.Duration
+	timeout  time.Duration
+	run      func(context.Context) error
+	logger   *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewWorker returns a stopped Worker.
+func NewWorker(name string, interval, timeout time.Duration, logger *slog.Logger, run func(context.Context) error) *Worker {
+	return &Worker{name: name, interval: interval, timeout: timeout, run: run, logger: logger}
+}
+
+// Start runs the worker in the background; the first run is immediate.
+func (w *Worker) Start(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done != nil {
+		return
+	}
+	ctx, w.cancel = context.WithCancel(ctx)
+	w.done = make(chan struct{})
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(w.interval)
+		defer t.Stop()
+		for {
+			rctx, cancel := context.WithTimeout(ctx, w.timeout)
+			if err := w.run(rctx); err != nil && !errors.Is(err, context.Canceled) {
+				w.logger.ErrorContext(ctx, "background run failed", "worker", w.name, "error", err)
+			}
+			cancel()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop cancels the current run and waits for the worker to end.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
