@@ -20,6 +20,8 @@ import (
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -43,6 +45,7 @@ func (s *syncBuffer) String() string {
 }
 
 type env struct {
+	fake   *fake.Client
 	srv    *httpapi.Server
 	url    string
 	svc    *orchestrator.Service
@@ -51,12 +54,27 @@ type env struct {
 	tenant int64
 }
 
-func newEnv(t *testing.T, cfg httpapi.Config, dbURL string) *env {
+// newEnv serves the API on a database at dbURL with a fake provider of its
+// own on loopback. svcCfg, when given, tunes the Service (clock, lease,
+// provider timeout); its Pool, Logger and Providers are filled in.
+func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
 	pool := pgtest.Pool(t, dbURL)
 	logs := &syncBuffer{}
 	logger := slog.New(orchestrator.NewLogHandler(slog.NewJSONHandler(logs, nil)))
-	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Logger: logger})
+	fr, err := fake.Start("127.0.0.1:0", fake.Config{TimeoutHang: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
+	fc := fr.Client(&http.Client{})
+	var sc orchestrator.Config
+	if len(svcCfg) > 0 {
+		sc = svcCfg[0]
+	}
+	sc.Pool, sc.Logger = pool, logger
+	sc.Providers, sc.DefaultProvider = map[string]providers.Provider{"fake": fc}, "fake"
+	svc := orchestrator.NewService(sc)
 	mig, err := migrations.New(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +82,7 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string) *env {
 	t.Cleanup(func() { mig.Close() })
 	cfg.Service, cfg.Migrator, cfg.Logger = svc, mig, logger
 	srv := httpapi.New(cfg)
-	e := &env{srv: srv, svc: svc, logs: logs, keys: map[orchestrator.Role]string{}}
+	e := &env{fake: fc, srv: srv, svc: svc, logs: logs, keys: map[orchestrator.Role]string{}}
 	// Test-only routes behind the same middleware as the real ones.
 	srv.Echo().POST("/test/echo", func(c echo.Context) error {
 		b, err := io.ReadAll(c.Request().Body)
@@ -83,9 +101,9 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string) *env {
 	return e
 }
 
-func newMigratedEnv(t *testing.T, cfg httpapi.Config) *env {
+func newMigratedEnv(t *testing.T, cfg httpapi.Config, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
-	e := newEnv(t, cfg, pgtest.URL(t))
+	e := newEnv(t, cfg, pgtest.URL(t), svcCfg...)
 	ctx := context.Background()
 	tenant, _, key, err := e.svc.CreateTenant(ctx, "Acme")
 	if err != nil {

@@ -165,6 +165,20 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 				return err
 			}
 		}
+		if refusal == nil && kind != opRefund {
+			// Under the payment's row lock: one capture or cancel per hold.
+			// (The partial unique index is the backstop.)
+			var busy bool
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_operations
+				WHERE tenant_id = $1 AND payment_id = $2 AND kind IN ('capture', 'cancel') AND status <> 'failed')`,
+				p.TenantID, p.ID).Scan(&busy)
+			if err != nil {
+				return err
+			}
+			if busy {
+				refusal = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
+			}
+		}
 		if refusal != nil {
 			finalErr = refusal
 			return nil
@@ -175,10 +189,6 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 			RETURNING ` + operationCols
 		rows, _ = tx.Query(ctx, q, p.TenantID, opID, p.ID, kind, in.Key, fwd, amount, now)
 		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
-		if code, con := constraintOf(err); code == pgUniqueViolation && con == "payment_operations_one_settlement_key" {
-			finalErr = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
-			return nil
-		}
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,93 @@
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// transportError classifies a failure to get or read an answer. When no
+// connection was ever obtained nothing can have reached the provider:
+// KindNotExecuted. Once one was, the request may have been executed:
+// KindUnknown.
+func transportError(op Op, err error, sent bool) *providers.Error {
+	code := providers.CodeProviderInternalError
+	if isTimeout(err) {
+		code = providers.CodeProviderTimeout
+	}
+	if !sent {
+		if code != providers.CodeProviderTimeout {
+			code = providers.CodeProviderUnavailable
+		}
+		return &providers.Error{Kind: providers.KindNotExecuted, Code: code,
+			Message: fmt.Sprintf("fake %s: not sent: %v", op, err), Err: err}
+	}
+	return &providers.Error{Kind: providers.KindUnknown, Code: code,
+		Message: fmt.Sprintf("fake %s: no complete answer after sending: %v", op, err), Err: err}
+}
+
+// isTimeout reports whether err is a deadline or a network timeout.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// statusError classifies an answer with a non-2xx status and its body:
+//
+//	402                      KindDeclined, the decline code
+//	409 (key in use), 429    KindNotExecuted
+//	503 provider_unavailable KindNotExecuted (the fake guarantees it ran nothing)
+//	other 5xx, 1xx, 3xx      KindUnknown
+//	other 4xx                KindRejected, the body's code
+func statusError(op Op, status int, body []byte) *providers.Error {
+	ae := &APIError{StatusCode: status}
+	var eb errorBody
+	if json.Unmarshal(body, &eb) == nil {
+		ae.Type, ae.Code, ae.Message, ae.Param, ae.hold = eb.Error.Type, eb.Error.Code, eb.Error.Message, eb.Error.Param, eb.Error.Hold
+	}
+	kind, code := providers.KindUnknown, ae.Code
+	switch {
+	case status == http.StatusPaymentRequired:
+		kind = providers.KindDeclined
+		if code == "" {
+			code = providers.CodeCardDeclined
+		}
+	case status == http.StatusConflict:
+		kind = providers.KindNotExecuted
+		if code == "" {
+			code = providers.CodeIdempotencyKeyInUse
+		}
+	case status == http.StatusTooManyRequests:
+		kind, code = providers.KindNotExecuted, providers.CodeProviderUnavailable
+	case status == http.StatusServiceUnavailable && ae.Code == providers.CodeProviderUnavailable:
+		kind = providers.KindNotExecuted
+	case status >= 500:
+		code = providers.CodeProviderInternalError
+		if status == http.StatusGatewayTimeout {
+			code = providers.CodeProviderTimeout
+		}
+	case status >= 400:
+		kind = providers.KindRejected
+		if code == "" {
+			code = providers.CodeInvalidRequest
+			if status == http.StatusNotFound {
+				code = providers.CodeNotFound
+			}
+		}
+	default:
+		code = providers.CodeProviderInternalError
+	}
+	msg := ae.Message
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return &providers.Error{Kind: kind, Code: code, Message: fmt.Sprintf("fake %s: HTTP %d: %s", op, status, msg), Err: ae}
+}

@@ -1,0 +1,273 @@
+package fake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// maxAnswerBytes bounds an answer the Client reads whole (not the report).
+const maxAnswerBytes = 1 << 20
+
+// defaultResponseHeaderTimeout bounds the wait for an answer when NewClient
+// builds the http.Client.
+const defaultResponseHeaderTimeout = 30 * time.Second
+
+// Client is a providers.Provider that talks to a fake provider Server over
+// HTTP. Every error it returns is a *providers.Error (see the Provider
+// methods for the kinds); answers of the server carry an *APIError as Err.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+var _ providers.Provider = (*Client)(nil)
+
+// NewClient returns a Client for the fake provider at baseURL
+// ("http://127.0.0.1:8081"). A nil hc gets an http.Client that waits at most
+// 30 s for an answer's headers; bound each call with its context too.
+func NewClient(baseURL string, hc *http.Client) *Client {
+	if hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = defaultResponseHeaderTimeout
+		hc = &http.Client{Transport: t}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+}
+
+// Name returns "fake".
+func (c *Client) Name() string { return "fake" }
+
+// Authorize places a hold with POST /v1/holds. It calls req.OnReference with
+// the reference once the fake has answered (approved or declined), before
+// returning; an error from it returns KindUnknown wrapping that error (the
+// hold exists: retry with the same key to settle). A decline is KindDeclined
+// with the decline code (card_declined, insufficient_funds), and the
+// declined hold is returned with it. Other errors: KindRejected
+// (invalid_request, idempotency_key_mismatch), KindNotExecuted
+// (idempotency_key_in_use, provider_unavailable, connection failures),
+// KindUnknown (timeout, provider_error).
+func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
+	in := authorizeParams{
+		AmountMinor:   req.AmountMinor,
+		Currency:      req.Currency,
+		PaymentMethod: req.PaymentMethod,
+		Description:   req.Description,
+	}
+	if req.PaymentID != "" || req.TenantID != 0 {
+		in.Metadata = map[string]string{}
+		if req.PaymentID != "" {
+			in.Metadata[metaPaymentID] = req.PaymentID
+		}
+		if req.TenantID != 0 {
+			in.Metadata[metaTenantID] = strconv.FormatInt(req.TenantID, 10)
+		}
+	}
+	var v holdJSON
+	err := c.call(ctx, OpAuthorize, http.MethodPost, "/v1/holds", req.Key, in, &v)
+	if err != nil {
+		var ae *APIError
+		if providers.KindOf(err) != providers.KindDeclined || !errors.As(err, &ae) || ae.hold == nil {
+			return providers.Hold{}, err
+		}
+		v = *ae.hold
+	}
+	if req.OnReference != nil {
+		if cbErr := req.OnReference(ctx, v.Ref); cbErr != nil {
+			return providers.Hold{}, &providers.Error{
+				Kind: providers.KindUnknown, Code: providers.CodeProviderInternalError,
+				Message: fmt.Sprintf("fake authorize: hold %s placed but OnReference failed; retry with the same key", v.Ref),
+				Err:     cbErr,
+			}
+		}
+	}
+	return v.hold(), err
+}
+
+// Capture captures req.AmountMinor (all when zero) of a hold with POST
+// /v1/holds/{ref}/capture. Refusals are KindRejected: resource_missing,
+// state_conflict, hold_expired, amount_too_large, idempotency_key_mismatch.
+func (c *Client) Capture(ctx context.Context, req providers.CaptureRequest) (providers.Hold, error) {
+	if err := needRef(OpCapture, req.Ref); err != nil {
+		return providers.Hold{}, err
+	}
+	var v holdJSON
+	if err := c.call(ctx, OpCapture, http.MethodPost, holdPath(req.Ref, "/capture"), req.Key, captureParams{AmountMinor: req.AmountMinor}, &v); err != nil {
+		return providers.Hold{}, err
+	}
+	return v.hold(), nil
+}
+
+// Cancel voids an authorized hold with POST /v1/holds/{ref}/cancel.
+// Refusals are KindRejected: resource_missing, state_conflict,
+// idempotency_key_mismatch.
+func (c *Client) Cancel(ctx context.Context, req providers.CancelRequest) (providers.Hold, error) {
+	if err := needRef(OpCancel, req.Ref); err != nil {
+		return providers.Hold{}, err
+	}
+	var v holdJSON
+	if err := c.call(ctx, OpCancel, http.MethodPost, holdPath(req.Ref, "/cancel"), req.Key, cancelParams{}, &v); err != nil {
+		return providers.Hold{}, err
+	}
+	return v.hold(), nil
+}
+
+// Refund refunds req.AmountMinor (the rest when zero) of a captured hold
+// with POST /v1/holds/{ref}/refunds. Refusals are KindRejected:
+// resource_missing, state_conflict, amount_too_large,
+// idempotency_key_mismatch.
+func (c *Client) Refund(ctx context.Context, req providers.RefundRequest) (providers.Refund, error) {
+	if err := needRef(OpRefund, req.Ref); err != nil {
+		return providers.Refund{}, err
+	}
+	var v refundJSON
+	if err := c.call(ctx, OpRefund, http.MethodPost, holdPath(req.Ref, "/refunds"), req.Key, refundParams{AmountMinor: req.AmountMinor}, &v); err != nil {
+		return providers.Refund{}, err
+	}
+	return v.refund(), nil
+}
+
+// Lookup reads a hold with GET /v1/holds/{ref}; an unknown reference is
+// KindRejected with resource_missing.
+func (c *Client) Lookup(ctx context.Context, ref string) (providers.Hold, error) {
+	if err := needRef(OpLookup, ref); err != nil {
+		return providers.Hold{}, err
+	}
+	var v holdJSON
+	if err := c.call(ctx, OpLookup, http.MethodGet, holdPath(ref, ""), "", nil, &v); err != nil {
+		return providers.Hold{}, err
+	}
+	return v.hold(), nil
+}
+
+// Report streams GET /v1/report for [req.From, req.To) to fn one row at a
+// time, decoding as it reads. It returns fn's first error as is. A stream
+// cut before its end marker, or whose end marker counts other rows than
+// were read, is KindUnknown (rows already passed to fn stand).
+func (c *Client) Report(ctx context.Context, req providers.ReportRequest, fn func(providers.ReportRow) error) error {
+	q := url.Values{
+		"from": {req.From.UTC().Format(time.RFC3339Nano)},
+		"to":   {req.To.UTC().Format(time.RFC3339Nano)},
+	}
+	resp, err := c.send(ctx, OpReport, http.MethodGet, "/v1/report?"+q.Encode(), "", "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+		return statusError(OpReport, resp.StatusCode, b)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for n := 0; ; {
+		var line struct {
+			Object string `json:"object"`
+			Row
+			Rows int `json:"rows"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return transportError(OpReport, fmt.Errorf("report cut after %d rows: %w", n, err), true)
+		}
+		switch line.Object {
+		case objectReportRow:
+			n++
+			if err := fn(line.Row.ReportRow()); err != nil {
+				return err
+			}
+		case objectReportEnd:
+			if line.Rows != n {
+				return transportError(OpReport, fmt.Errorf("report ended after %d rows but announced %d", n, line.Rows), true)
+			}
+			return nil
+		default:
+			return transportError(OpReport, fmt.Errorf("report line of unknown object %q", line.Object), true)
+		}
+	}
+}
+
+// needRef refuses an empty reference before anything is sent.
+func needRef(op Op, ref string) error {
+	if ref == "" {
+		return &providers.Error{Kind: providers.KindRejected, Code: providers.CodeInvalidRequest,
+			Message: fmt.Sprintf("fake %s: empty hold reference", op)}
+	}
+	return nil
+}
+
+// holdPath is the path of a hold, plus suffix.
+func holdPath(ref, suffix string) string {
+	return "/v1/holds/" + url.PathEscape(ref) + suffix
+}
+
+// call sends in as JSON (nil: no body) and decodes a 2xx answer into out
+// (nil: discard), classifying every failure.
+func (c *Client) call(ctx context.Context, op Op, method, path, key string, in, out any) error {
+	var body io.Reader
+	contentType := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeInvalidRequest,
+				Message: fmt.Sprintf("fake %s: encoding request: %v", op, err), Err: err}
+		}
+		body, contentType = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.send(ctx, op, method, path, key, contentType, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, readErr := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if resp.StatusCode/100 != 2 {
+		return statusError(op, resp.StatusCode, b)
+	}
+	if readErr != nil {
+		return transportError(op, readErr, true)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return transportError(op, fmt.Errorf("undecodable answer: %w", err), true)
+		}
+	}
+	return nil
+}
+
+// send performs one request. A failure before a connection was obtained is
+// KindNotExecuted, any later one KindUnknown.
+func (c *Client) send(ctx context.Context, op Op, method, path, key, contentType string, body io.Reader) (*http.Response, error) {
+	var gotConn atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, c.base+path, body)
+	if err != nil {
+		return nil, &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeInvalidRequest,
+			Message: fmt.Sprintf("fake %s: building request: %v", op, err), Err: err}
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "payorch-fake-client")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, transportError(op, err, gotConn.Load())
+	}
+	return resp, nil
+}

@@ -1,0 +1,98 @@
+package fake
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+)
+
+// opAdmin names admin calls in errors.
+const opAdmin Op = "admin"
+
+// Operations lists the operations the fake executed, all of them when key
+// is empty, else those carrying the idempotency key.
+func (c *Client) Operations(ctx context.Context, key string) ([]Operation, error) {
+	path := "/_admin/operations"
+	if key != "" {
+		path += "?" + url.Values{"idempotency_key": {key}}.Encode()
+	}
+	var out operationList
+	if err := c.call(ctx, opAdmin, http.MethodGet, path, "", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Data, nil
+}
+
+// InjectFault arms f on the server. An invalid f is a KindRejected
+// invalid_request error.
+func (c *Client) InjectFault(ctx context.Context, f Fault) error {
+	return c.call(ctx, opAdmin, http.MethodPost, "/_admin/faults", "", f, nil)
+}
+
+// Faults lists the armed faults, Count being the calls each has left (0:
+// until cleared).
+func (c *Client) Faults(ctx context.Context) ([]Fault, error) {
+	var out faultList
+	if err := c.call(ctx, opAdmin, http.MethodGet, "/_admin/faults", "", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Data, nil
+}
+
+// ClearFaults disarms every fault on the server.
+func (c *Client) ClearFaults(ctx context.Context) error {
+	return c.call(ctx, opAdmin, http.MethodDelete, "/_admin/faults", "", nil, nil)
+}
+
+// Drift alters the server's report output as d says. An invalid d is a
+// KindRejected invalid_request error, a selector matching no hold a
+// KindRejected resource_missing one.
+func (c *Client) Drift(ctx context.Context, d Drift) error {
+	return c.call(ctx, opAdmin, http.MethodPost, "/_admin/report/drift", "", d, nil)
+}
+
+// ClearDrift removes every drift on the server.
+func (c *Client) ClearDrift(ctx context.Context) error {
+	return c.call(ctx, opAdmin, http.MethodDelete, "/_admin/report/drift", "", nil, nil)
+}
+
+// Seed streams holds to the server as JSON lines, without holding them all
+// in memory, and returns how many it stored. Seeding is not atomic: on an
+// invalid hold (KindRejected invalid_request) the ones before it stay.
+func (c *Client) Seed(ctx context.Context, holds iter.Seq[SeedHold]) (int, error) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bw := bufio.NewWriterSize(pw, 64<<10)
+		enc := json.NewEncoder(bw)
+		for sh := range holds {
+			if err := enc.Encode(sh); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.CloseWithError(bw.Flush())
+	}()
+	resp, err := c.send(ctx, opAdmin, http.MethodPost, "/_admin/holds", "", "application/x-ndjson", pr)
+	// Unblock and wait for the writer before the iterator goes out of use.
+	pr.Close()
+	<-done
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if resp.StatusCode/100 != 2 {
+		return 0, statusError(opAdmin, resp.StatusCode, b)
+	}
+	var out seedResult
+	if err := json.Unmarshal(b, &out); err != nil {
+		return 0, transportError(opAdmin, err, true)
+	}
+	return out.Seeded, nil
+}

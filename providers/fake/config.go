@@ -1,0 +1,62 @@
+package fake
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults applied by NewServer to zero Config fields.
+const (
+	DefaultHoldLifetime = 7 * 24 * time.Hour
+	DefaultTimeoutHang  = 30 * time.Second
+)
+
+// maxBodyBytes bounds every request body except seeding.
+const maxBodyBytes = 64 << 10
+
+// Config configures a fake provider Server. The zero Config is valid.
+type Config struct {
+	// HoldLifetime is how long an authorized hold can be captured:
+	// capture_before = created + HoldLifetime. Default 7 days (Stripe's
+	// card authorization window).
+	HoldLifetime time.Duration
+	// Clock returns the current time; every timestamp and expiry decision
+	// uses it. Default time.Now.
+	Clock func() time.Time
+	// Logger receives executed operations and fired faults. Default: a
+	// logger that discards.
+	Logger *slog.Logger
+	// TimeoutHang is the longest a timeout_after_execute fault holds a
+	// connection open before aborting it, when the client does not give up
+	// first. Default 30 s.
+	TimeoutHang time.Duration
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.HoldLifetime == 0 {
+		c.HoldLifetime = DefaultHoldLifetime
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.TimeoutHang == 0 {
+		c.TimeoutHang = DefaultTimeoutHang
+	}
+	return c
+}
+
+// validate names the first bad field.
+func (c Config) validate() error {
+	if c.HoldLifetime < 0 {
+		return fmt.Errorf("fake: Config.HoldLifetime must not be negative, got %s", c.HoldLifetime)
+	}
+	if c.TimeoutHang < 0 {
+		return fmt.Errorf("fake: Config.TimeoutHang must not be negative, got %s", c.TimeoutHang)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+// Package fake is payorch's own payment provider: a real HTTP service that
+// keeps holds and refunds in memory, honours idempotency keys the way Stripe
+// does, declines on Stripe's test payment methods, injects faults on request
+// and serves a daily report, plus the Client that implements
+// providers.Provider against it.
+//
+// The server runs embedded (Start, used by `payorch dev` and by tests) or
+// standalone (ListenAndServe, used by `payorch fakeprovider`).
+//
+// # Endpoints
+//
+//	POST   /v1/holds                  authorize a hold           (operation "authorize")
+//	POST   /v1/holds/{ref}/capture    capture, 0/omitted = all   (operation "capture")
+//	POST   /v1/holds/{ref}/cancel     void an authorized hold    (operation "cancel")
+//	POST   /v1/holds/{ref}/refunds    refund, 0/omitted = rest   (operation "refund")
+//	GET    /v1/holds/{ref}            look a hold up             (operation "lookup")
+//	GET    /v1/report?from=&to=       JSON lines, [from, to)     (operation "report")
+//	GET    /healthz                   200 "ok"
+//	GET    /_admin/operations[?idempotency_key=K]   executed operations
+//	GET    /_admin/faults             armed faults
+//	POST   /_admin/faults             arm a Fault
+//	DELETE /_admin/faults             disarm every fault
+//	POST   /_admin/report/drift       alter the report output (Drift)
+//	DELETE /_admin/report/drift       clear every drift
+//	POST   /_admin/holds              seed holds (JSON lines of SeedHold)
+//
+// Every POST under /v1 requires an Idempotency-Key header (1 to 255
+// printable ASCII characters). Keys are scoped per endpoint (route pattern)
+// and key. The same key with the same parameters (path and canonical JSON
+// body) replays the stored first answer byte for byte with
+// "Idempotent-Replayed: true"; with other parameters it is a 400
+// idempotency_key_mismatch; while the first request still executes it is a
+// 409 idempotency_key_in_use. Answers are stored once the operation has
+// executed, business refusals (decline, state_conflict, amount_too_large,
+// hold_expired, resource_missing) included; validation errors are not.
+// Admin endpoints need no key.
+//
+// Request bodies are JSON (Content-Type application/json), at most 64 KiB,
+// decoded strictly: unknown fields and trailing data are a 400.
+//
+// # Errors
+//
+// Errors are {"error":{"type","code","message","param","hold"}} with 400
+// (invalid request or business refusal), 402 (declined; "hold" carries the
+// declined hold), 404 (resource_missing), 409 (idempotency_key_in_use),
+// 413 (body too large), 415 (not JSON) and 503 provider_unavailable (a
+// fault that ran nothing).
+//
+// # Payment methods
+//
+// pm_card_visa (also the default) approves; pm_card_chargeDeclined declines
+// with card_declined; pm_card_chargeDeclinedInsufficientFunds declines with
+// insufficient_funds. A decline still creates a hold in status declined.
+// Any other payment method is a 400 invalid_request.
+package fake

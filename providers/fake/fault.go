@@ -1,0 +1,241 @@
+package fake
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// FaultKind names what a Fault does to a call.
+type FaultKind string
+
+// Fault kinds.
+const (
+	// FaultLatency delays the answer by LatencyMS. For a write that
+	// executes, the delay happens while the idempotency key is claimed, so
+	// concurrent requests with the key see idempotency_key_in_use.
+	FaultLatency FaultKind = "latency"
+	// FaultErrorBeforeExecute answers Status (default 503
+	// provider_unavailable) and does nothing: no execution, no stored
+	// answer, no operation logged.
+	FaultErrorBeforeExecute FaultKind = "error_before_execute"
+	// FaultTimeoutAfterExecute executes the call (storing the idempotent
+	// answer, so a retry with the key replays it) and never answers: the
+	// connection is held until the client gives up or Config.TimeoutHang
+	// passes, then aborted. A report streams its rows and is cut before its
+	// end marker.
+	FaultTimeoutAfterExecute FaultKind = "timeout_after_execute"
+)
+
+// Fault arms a fault for calls of one operation. With Count N > 0 it fires
+// on the next N matching calls (each with Probability, when that is set);
+// with Count 0 it fires on every matching call (each with Probability, when
+// that is set) until cleared. Faults of several kinds can fire on one call:
+// latencies add up, and error_before_execute wins over
+// timeout_after_execute.
+type Fault struct {
+	// Operation is the operation it targets: authorize, capture, cancel,
+	// refund, lookup or report.
+	Operation Op `json:"operation"`
+	// Kind is the fault: latency, error_before_execute or
+	// timeout_after_execute.
+	Kind FaultKind `json:"fault"`
+	// Count is how many calls it fires on; 0 means until cleared.
+	Count int `json:"count,omitempty"`
+	// Probability, in (0, 1], is the chance it fires on each matching
+	// call; 0 means always.
+	Probability float64 `json:"probability,omitempty"`
+	// LatencyMS delays the answer, for any kind; required for latency.
+	LatencyMS int `json:"latency_ms,omitempty"`
+	// Status is the HTTP status of error_before_execute: 429, 500, 502,
+	// 503 (default) or 504. Only 429 and 503 tell the client that nothing
+	// ran; the others leave the outcome unknown to it.
+	Status int `json:"status,omitempty"`
+	// IdempotencyKey, when set, restricts the fault to writes carrying this
+	// key, so parallel tests do not trip each other's faults.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// validate checks f and defaults Status.
+func (f *Fault) validate() *apiError {
+	if !f.Operation.valid() {
+		return invalid("operation", "operation must be authorize, capture, cancel, refund, lookup or report, got %q", f.Operation)
+	}
+	switch f.Kind {
+	case FaultLatency:
+		if f.LatencyMS <= 0 {
+			return invalid("latency_ms", "a latency fault needs latency_ms > 0")
+		}
+	case FaultErrorBeforeExecute:
+		switch f.Status {
+		case 0:
+			f.Status = http.StatusServiceUnavailable
+		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+			http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		default:
+			return invalid("status", "status must be 429, 500, 502, 503 or 504, got %d", f.Status)
+		}
+	case FaultTimeoutAfterExecute:
+	default:
+		return invalid("fault", "fault must be latency, error_before_execute or timeout_after_execute, got %q", f.Kind)
+	}
+	if f.Status != 0 && f.Kind != FaultErrorBeforeExecute {
+		return invalid("status", "status applies to error_before_execute only")
+	}
+	if f.Count < 0 {
+		return invalid("count", "count must not be negative")
+	}
+	if f.Probability < 0 || f.Probability > 1 {
+		return invalid("probability", "probability must be within [0, 1]")
+	}
+	if f.LatencyMS < 0 {
+		return invalid("latency_ms", "latency_ms must not be negative")
+	}
+	if f.IdempotencyKey != "" && (f.Operation == OpLookup || f.Operation == OpReport) {
+		return invalid("idempotency_key", "%s calls carry no idempotency key", f.Operation)
+	}
+	return nil
+}
+
+// faultPlan is what the armed faults do to one call.
+type faultPlan struct {
+	latency   time.Duration
+	errStatus int
+	timeout   bool
+}
+
+// faultSet holds the armed faults.
+type faultSet struct {
+	mu    sync.Mutex
+	rules []*faultRule
+}
+
+// faultRule is an armed Fault and the calls it has left (-1: unlimited).
+type faultRule struct {
+	Fault
+	left int
+}
+
+// arm adds a validated fault.
+func (fs *faultSet) arm(f Fault) {
+	left := f.Count
+	if left == 0 {
+		left = -1
+	}
+	fs.mu.Lock()
+	fs.rules = append(fs.rules, &faultRule{Fault: f, left: left})
+	fs.mu.Unlock()
+}
+
+// clear disarms every fault.
+func (fs *faultSet) clear() {
+	fs.mu.Lock()
+	fs.rules = nil
+	fs.mu.Unlock()
+}
+
+// list returns the armed faults, Count being the calls left (0: unlimited).
+func (fs *faultSet) list() []Fault {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	out := make([]Fault, 0, len(fs.rules))
+	for _, r := range fs.rules {
+		f := r.Fault
+		f.Count = max(r.left, 0)
+		out = append(out, f)
+	}
+	return out
+}
+
+// take decides the faults of one call of op carrying key, using up counts.
+func (fs *faultSet) take(op Op, key string) faultPlan {
+	var p faultPlan
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	kept := fs.rules[:0]
+	for _, r := range fs.rules {
+		fire := r.Operation == op && (r.IdempotencyKey == "" || r.IdempotencyKey == key)
+		switch {
+		case !fire:
+		case r.Kind == FaultErrorBeforeExecute && p.errStatus != 0,
+			r.Kind == FaultTimeoutAfterExecute && p.timeout:
+			fire = false
+		case r.Probability > 0 && rand.Float64() >= r.Probability:
+			fire = false
+		}
+		if fire {
+			p.latency += time.Duration(r.LatencyMS) * time.Millisecond
+			switch r.Kind {
+			case FaultErrorBeforeExecute:
+				p.errStatus = r.Status
+			case FaultTimeoutAfterExecute:
+				p.timeout = true
+			}
+			if r.left > 0 {
+				r.left--
+				if r.left == 0 {
+					continue
+				}
+			}
+		}
+		kept = append(kept, r)
+	}
+	clear(fs.rules[len(kept):])
+	fs.rules = kept
+	if p.errStatus != 0 {
+		p.timeout = false
+	}
+	return p
+}
+
+// faultList is the body of GET /_admin/faults.
+type faultList struct {
+	Data []Fault `json:"data"`
+}
+
+// InjectFault arms f. It fails with an *apiError (400 invalid_request)
+// when f is invalid.
+func (s *Server) InjectFault(f Fault) error {
+	if _, e := s.armFault(f); e != nil {
+		return e
+	}
+	return nil
+}
+
+// armFault validates and arms f, returning it with its defaults.
+func (s *Server) armFault(f Fault) (Fault, *apiError) {
+	if e := f.validate(); e != nil {
+		return f, e
+	}
+	s.faults.arm(f)
+	s.log.Info("fake provider: fault armed", "operation", f.Operation, "fault", f.Kind,
+		"count", f.Count, "probability", f.Probability, "idempotency_key", f.IdempotencyKey)
+	return f, nil
+}
+
+// ClearFaults disarms every fault.
+func (s *Server) ClearFaults() { s.faults.clear() }
+
+func (s *Server) handleListFaults(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, faultList{Data: s.faults.list()})
+}
+
+func (s *Server) handleInjectFault(w http.ResponseWriter, r *http.Request) {
+	var f Fault
+	if e := decodeBody(w, r, &f); e != nil {
+		writeError(w, e)
+		return
+	}
+	f, e := s.armFault(f)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusCreated, f)
+}
+
+func (s *Server) handleClearFaults(w http.ResponseWriter, _ *http.Request) {
+	s.faults.clear()
+	w.WriteHeader(http.StatusNoContent)
+}

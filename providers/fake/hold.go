@@ -1,0 +1,320 @@
+package fake
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// Stripe's test payment methods the fake understands, each with the decline
+// code it produces ("" approves).
+var paymentMethods = map[string]string{
+	"pm_card_visa":                            "",
+	"pm_card_chargeDeclined":                  providers.CodeCardDeclined,
+	"pm_card_chargeDeclinedInsufficientFunds": providers.CodeInsufficientFunds,
+}
+
+// defaultPaymentMethod is used when a request names none.
+const defaultPaymentMethod = "pm_card_visa"
+
+// Metadata keys the Client sets and the report reads.
+const (
+	metaPaymentID = "payment_id"
+	metaTenantID  = "tenant_id"
+)
+
+// hold is one authorized (or declined) hold and what happened to it.
+type hold struct {
+	ref           string
+	paymentMethod string
+	description   string
+	metadata      map[string]string
+	status        providers.Status
+	amount        int64
+	captured      int64
+	refunded      int64
+	currency      string
+	declineCode   string
+	created       time.Time
+	updated       time.Time
+	captureBefore time.Time
+	// touched holds the creation and every change, for the report.
+	touched []time.Time
+}
+
+// lapsed reports whether the hold is authorized but past capture_before at
+// now: it then reads as expired.
+func (h *hold) lapsed(now time.Time) bool {
+	return h.status == providers.StatusAuthorized && !h.captureBefore.IsZero() && !now.Before(h.captureBefore)
+}
+
+// touch records a change at now.
+func (h *hold) touch(now time.Time) {
+	h.updated = now
+	h.touched = append(h.touched, now)
+}
+
+// view is the hold as read at now, expiry applied.
+func (h *hold) view(now time.Time) holdJSON {
+	v := holdJSON{
+		Object:        "hold",
+		Ref:           h.ref,
+		PaymentID:     h.metadata[metaPaymentID],
+		Status:        h.status,
+		AmountMinor:   h.amount,
+		Currency:      h.currency,
+		CapturedMinor: h.captured,
+		RefundedMinor: h.refunded,
+		PaymentMethod: h.paymentMethod,
+		DeclineCode:   h.declineCode,
+		Description:   h.description,
+		Metadata:      h.metadata,
+		CaptureBefore: h.captureBefore,
+		CreatedAt:     h.created,
+		UpdatedAt:     h.updated,
+	}
+	if h.lapsed(now) {
+		v.Status = providers.StatusExpired
+		if h.captureBefore.After(v.UpdatedAt) {
+			v.UpdatedAt = h.captureBefore
+		}
+	}
+	return v
+}
+
+// holdJSON is the wire form of a hold.
+type holdJSON struct {
+	Object        string            `json:"object"`
+	Ref           string            `json:"ref"`
+	PaymentID     string            `json:"payment_id,omitempty"`
+	Status        providers.Status  `json:"status"`
+	AmountMinor   int64             `json:"amount_minor"`
+	Currency      string            `json:"currency"`
+	CapturedMinor int64             `json:"captured_minor"`
+	RefundedMinor int64             `json:"refunded_minor"`
+	PaymentMethod string            `json:"payment_method,omitempty"`
+	DeclineCode   string            `json:"decline_code,omitempty"`
+	Description   string            `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	CaptureBefore time.Time         `json:"capture_before,omitzero"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+}
+
+// hold converts the wire form to the seam's type.
+func (v holdJSON) hold() providers.Hold {
+	return providers.Hold{
+		Ref:           v.Ref,
+		PaymentID:     v.PaymentID,
+		Status:        v.Status,
+		AmountMinor:   v.AmountMinor,
+		Currency:      v.Currency,
+		CapturedMinor: v.CapturedMinor,
+		RefundedMinor: v.RefundedMinor,
+		CaptureBefore: v.CaptureBefore,
+		DeclineCode:   v.DeclineCode,
+		CreatedAt:     v.CreatedAt,
+	}
+}
+
+// authorizeParams is the body of POST /v1/holds.
+type authorizeParams struct {
+	AmountMinor   int64             `json:"amount_minor"`
+	Currency      string            `json:"currency"`
+	PaymentMethod string            `json:"payment_method,omitempty"`
+	Description   string            `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+func (p *authorizeParams) validate() *apiError {
+	if p.AmountMinor <= 0 {
+		return invalid("amount_minor", "amount_minor must be a positive integer")
+	}
+	if !validCurrency(p.Currency) {
+		return invalid("currency", "currency must be an ISO 4217 code in upper case, got %q", p.Currency)
+	}
+	if _, ok := paymentMethods[p.PaymentMethod]; p.PaymentMethod != "" && !ok {
+		return invalid("payment_method", "no such payment method: %q", p.PaymentMethod)
+	}
+	if len(p.Description) > 1000 {
+		return invalid("description", "description is longer than 1000 characters")
+	}
+	if len(p.Metadata) > 50 {
+		return invalid("metadata", "metadata has more than 50 keys")
+	}
+	for k, v := range p.Metadata {
+		if k == "" || len(k) > 40 || len(v) > 500 {
+			return invalid("metadata", "metadata keys are 1 to 40 characters, values at most 500")
+		}
+	}
+	if t, ok := p.Metadata[metaTenantID]; ok {
+		if _, err := strconv.ParseInt(t, 10, 64); err != nil {
+			return invalid("metadata", "metadata tenant_id must be an integer, got %q", t)
+		}
+	}
+	return nil
+}
+
+// validCurrency reports whether c looks like an upper-case ISO 4217 code.
+func validCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// captureParams is the body of POST /v1/holds/{ref}/capture.
+type captureParams struct {
+	AmountMinor int64 `json:"amount_minor,omitempty"`
+}
+
+func (p *captureParams) validate() *apiError {
+	if p.AmountMinor < 0 {
+		return invalid("amount_minor", "amount_minor must not be negative")
+	}
+	return nil
+}
+
+// cancelParams is the (empty) body of POST /v1/holds/{ref}/cancel.
+type cancelParams struct{}
+
+func (p *cancelParams) validate() *apiError { return nil }
+
+func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
+	var p authorizeParams
+	s.serveWrite(w, r, OpAuthorize, &p, func(now time.Time) outcome { return s.authorize(now, &p) })
+}
+
+func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
+	var p captureParams
+	ref := r.PathValue("ref")
+	s.serveWrite(w, r, OpCapture, &p, func(now time.Time) outcome { return s.capture(now, ref, &p) })
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	var p cancelParams
+	ref := r.PathValue("ref")
+	s.serveWrite(w, r, OpCancel, &p, func(now time.Time) outcome { return s.cancel(now, ref) })
+}
+
+// authorize places a hold, or records a declined one. Called with s.mu held.
+func (s *Server) authorize(now time.Time, p *authorizeParams) outcome {
+	pm := p.PaymentMethod
+	if pm == "" {
+		pm = defaultPaymentMethod
+	}
+	meta := make(map[string]string, len(p.Metadata))
+	for k, v := range p.Metadata {
+		meta[k] = v
+	}
+	h := &hold{
+		ref:           newID("fh_"),
+		paymentMethod: pm,
+		description:   p.Description,
+		metadata:      meta,
+		status:        providers.StatusAuthorized,
+		amount:        p.AmountMinor,
+		currency:      p.Currency,
+		created:       now,
+		updated:       now,
+		captureBefore: now.Add(s.cfg.HoldLifetime),
+		touched:       []time.Time{now},
+	}
+	if code := paymentMethods[pm]; code != "" {
+		h.status, h.declineCode, h.captureBefore = providers.StatusDeclined, code, time.Time{}
+	}
+	s.holds[h.ref] = h
+	s.order = append(s.order, h)
+	v := h.view(now)
+	op := Operation{Ref: h.ref, PaymentID: v.PaymentID, AmountMinor: h.amount, Outcome: OutcomeSucceeded}
+	if h.declineCode != "" {
+		op.Outcome = h.declineCode
+		return outcome{err: declined(h.declineCode, &v), op: op}
+	}
+	return outcome{status: http.StatusOK, body: v, op: op}
+}
+
+// capture captures all or part of an authorized hold and releases the rest.
+// Called with s.mu held.
+func (s *Server) capture(now time.Time, ref string, p *captureParams) outcome {
+	h := s.holds[ref]
+	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
+	if h == nil {
+		return refused(op, notFound("hold", ref))
+	}
+	op.PaymentID = h.metadata[metaPaymentID]
+	if h.lapsed(now) {
+		return refused(op, rejected(providers.CodeHoldExpired, "the hold expired at %s and can no longer be captured", h.captureBefore.Format(time.RFC3339)))
+	}
+	if h.status != providers.StatusAuthorized {
+		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold can be captured; this one is %s", h.status))
+	}
+	amount := p.AmountMinor
+	if amount == 0 {
+		amount = h.amount
+	}
+	if amount > h.amount {
+		return refused(op, rejected(providers.CodeAmountTooLarge, "amount_minor %d is more than the %d authorized", amount, h.amount))
+	}
+	h.captured, h.status = amount, providers.StatusCaptured
+	h.touch(now)
+	op.AmountMinor, op.Outcome = amount, OutcomeSucceeded
+	return outcome{status: http.StatusOK, body: h.view(now), op: op}
+}
+
+// cancel voids an authorized hold. Called with s.mu held.
+func (s *Server) cancel(now time.Time, ref string) outcome {
+	h := s.holds[ref]
+	op := Operation{Ref: ref}
+	if h == nil {
+		return refused(op, notFound("hold", ref))
+	}
+	op.PaymentID = h.metadata[metaPaymentID]
+	if h.status != providers.StatusAuthorized || h.lapsed(now) {
+		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold can be canceled; this one is %s", h.view(now).Status))
+	}
+	h.status = providers.StatusCanceled
+	h.touch(now)
+	op.AmountMinor, op.Outcome = h.amount, OutcomeSucceeded
+	return outcome{status: http.StatusOK, body: h.view(now), op: op}
+}
+
+// refused is the outcome of an executed operation the business rules
+// refused.
+func refused(op Operation, e *apiError) outcome {
+	op.Outcome = e.Code
+	return outcome{err: e, op: op}
+}
+
+// handleLookup serves GET /v1/holds/{ref}.
+func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
+	ref := r.PathValue("ref")
+	plan := s.faults.take(OpLookup, "")
+	s.sleep(r.Context().Done(), plan.latency)
+	if plan.errStatus != 0 {
+		writeError(w, unavailable(plan.errStatus))
+		return
+	}
+	s.mu.Lock()
+	h := s.holds[ref]
+	var v holdJSON
+	if h != nil {
+		v = h.view(s.now())
+	}
+	s.mu.Unlock()
+	if plan.timeout {
+		s.hang(r)
+	}
+	if h == nil {
+		writeError(w, notFound("hold", ref))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}

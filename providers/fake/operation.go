@@ -1,0 +1,81 @@
+package fake
+
+import (
+	"net/http"
+	"time"
+)
+
+// Op names an operation of the fake provider, in its operations log and in
+// faults.
+type Op string
+
+// Operations. Only the writes (authorize, capture, cancel, refund) are
+// logged; faults can target every one.
+const (
+	OpAuthorize Op = "authorize"
+	OpCapture   Op = "capture"
+	OpCancel    Op = "cancel"
+	OpRefund    Op = "refund"
+	OpLookup    Op = "lookup"
+	OpReport    Op = "report"
+)
+
+// valid reports whether o is a known operation.
+func (o Op) valid() bool {
+	switch o {
+	case OpAuthorize, OpCapture, OpCancel, OpRefund, OpLookup, OpReport:
+		return true
+	}
+	return false
+}
+
+// OutcomeSucceeded is the Outcome of an operation that did what it was
+// asked; any other Outcome is the error code it answered with.
+const OutcomeSucceeded = "succeeded"
+
+// Operation is one write the fake provider actually executed: never a
+// replay, a refused idempotency key or a request a fault stopped before
+// executing. Counting a key's operations is how tests prove exactly-once at
+// the provider.
+type Operation struct {
+	// Seq numbers executed operations from 1, in execution order.
+	Seq            int64  `json:"seq"`
+	Operation      Op     `json:"operation"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Ref is the hold's reference (for a refund too).
+	Ref string `json:"ref"`
+	// RefundRef is the refund's reference, for a successful refund.
+	RefundRef string `json:"refund_ref,omitempty"`
+	PaymentID string `json:"payment_id,omitempty"`
+	// AmountMinor is the amount authorized, captured, released by the
+	// cancel, or refunded; the requested amount when refused.
+	AmountMinor int64 `json:"amount_minor"`
+	// Outcome is OutcomeSucceeded or the error code answered
+	// (card_declined, state_conflict, ...).
+	Outcome string    `json:"outcome"`
+	At      time.Time `json:"at"`
+}
+
+// operationList is the body of GET /_admin/operations.
+type operationList struct {
+	Data []Operation `json:"data"`
+}
+
+// Operations returns the executed operations, all of them when key is
+// empty, else those carrying key.
+func (s *Server) Operations(key string) []Operation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []Operation{}
+	for _, op := range s.ops {
+		if key == "" || op.IdempotencyKey == key {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// handleOperations serves GET /_admin/operations[?idempotency_key=K].
+func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, operationList{Data: s.Operations(r.URL.Query().Get("idempotency_key"))})
+}

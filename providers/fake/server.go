@@ -1,0 +1,187 @@
+package fake
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Server is the fake provider's HTTP service. It keeps every object in
+// memory and is safe for concurrent use. It implements http.Handler; serve
+// it with Start, ListenAndServe or any http.Server.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	mux  *http.ServeMux
+	done chan struct{}
+	once sync.Once
+
+	faults faultSet
+
+	// mu guards everything below.
+	mu      sync.Mutex
+	holds   map[string]*hold
+	order   []*hold // insertion order, for the report
+	refunds map[string]*refund
+	keys    map[string]*keyEntry // by scope(pattern, key)
+	ops     []Operation
+	drifts  []Drift
+}
+
+// NewServer returns a Server with cfg's zero fields defaulted. It panics if
+// cfg is invalid (a negative duration); Start and ListenAndServe return that
+// error instead.
+func NewServer(cfg Config) *Server {
+	if err := cfg.validate(); err != nil {
+		panic(err)
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		mux:     http.NewServeMux(),
+		done:    make(chan struct{}),
+		holds:   make(map[string]*hold),
+		refunds: make(map[string]*refund),
+		keys:    make(map[string]*keyEntry),
+	}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/holds", s.handleAuthorize)
+	s.mux.HandleFunc("POST /v1/holds/{ref}/capture", s.handleCapture)
+	s.mux.HandleFunc("POST /v1/holds/{ref}/cancel", s.handleCancel)
+	s.mux.HandleFunc("POST /v1/holds/{ref}/refunds", s.handleRefund)
+	s.mux.HandleFunc("GET /v1/holds/{ref}", s.handleLookup)
+	s.mux.HandleFunc("GET /v1/report", s.handleReport)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	s.mux.HandleFunc("GET /_admin/operations", s.handleOperations)
+	s.mux.HandleFunc("GET /_admin/faults", s.handleListFaults)
+	s.mux.HandleFunc("POST /_admin/faults", s.handleInjectFault)
+	s.mux.HandleFunc("DELETE /_admin/faults", s.handleClearFaults)
+	s.mux.HandleFunc("POST /_admin/report/drift", s.handleDrift)
+	s.mux.HandleFunc("DELETE /_admin/report/drift", s.handleClearDrift)
+	s.mux.HandleFunc("POST /_admin/holds", s.handleSeed)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		e := invalid("", "unrecognized request URL (%s %s)", r.Method, r.URL.Path)
+		e.status = http.StatusNotFound
+		writeError(w, e)
+	})
+}
+
+// ServeHTTP serves the fake provider's API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// Close wakes every request held open by a latency or timeout_after_execute
+// fault, so an http.Server can shut down promptly. The Server keeps
+// answering other requests. Close is idempotent.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.done) })
+}
+
+// now is the injected clock in UTC, without a monotonic reading.
+func (s *Server) now() time.Time { return s.cfg.Clock().UTC() }
+
+// sleep waits d, or less when ctx is done (nil ctx: never) or the server is
+// closed.
+func (s *Server) sleep(ctx <-chan struct{}, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx:
+	case <-s.done:
+	}
+}
+
+// hang never answers: it holds the connection until the client gives up,
+// TimeoutHang passes or the server closes, then aborts the connection so the
+// client sees a transport error, never a response.
+func (s *Server) hang(r *http.Request) {
+	s.sleep(r.Context().Done(), s.cfg.TimeoutHang)
+	panic(http.ErrAbortHandler)
+}
+
+// newID returns prefix followed by 24 random hex digits.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// decodeBody reads r's body (at most limit bytes) into v strictly: JSON
+// only, no unknown fields, no trailing data. An empty body leaves v as is.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			e := invalid("", "request body larger than %d bytes", maxBodyBytes)
+			e.status = http.StatusRequestEntityTooLarge
+			return e
+		}
+		return invalid("", "reading request body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		e := invalid("", "request body must be application/json")
+		e.status = http.StatusUnsupportedMediaType
+		return e
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("", "invalid JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("", "invalid JSON body: data after the top-level value")
+	}
+	return nil
+}
+
+// marshal encodes v as one line of JSON.
+func marshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every value marshalled here is a plain struct of our own.
+		panic("fake: marshal: " + err.Error())
+	}
+	return append(b, '\n')
+}
+
+// writeJSON writes status and the JSON of v.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeRaw(w, status, marshal(v))
+}
+
+// writeRaw writes status and an already encoded JSON body.
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeError writes e as an error body.
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.status, errorBody{Error: e.wireError})
+}
