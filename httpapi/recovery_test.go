@@ -87,6 +87,14 @@ func TestResolverSettlesUnknownOutcomes(t *testing.T) {
 	if got.Status != "authorized" || len(ops) != 1 || got.ProviderRef == nil || *got.ProviderRef != ops[0].Ref {
 		t.Fatalf("after the resolver: %+v, provider ops %+v", got, ops)
 	}
+	// Settled by one lookup of the saved reference, not by calling
+	// authorize again.
+	if n := e.count(t, `SELECT count(*) FROM payment_events WHERE payment_id = $1 AND type = 'provider_call' AND operation = 'authorize'`, p.ID); n != 1 {
+		t.Fatalf("%d authorize calls, want only the first", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payment_events WHERE payment_id = $1 AND type = 'provider_call' AND operation = 'lookup'`, p.ID); n != 1 {
+		t.Fatalf("%d lookups, want 1", n)
+	}
 	// The client's retry now gets the settled payment; still one hold.
 	res, b = e.post(t, "/v1/payments", m, key, `{"amount_minor":1000,"currency":"EUR"}`)
 	if res.StatusCode != 201 || decode[payment](t, b).Status != "authorized" {

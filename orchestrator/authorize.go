@@ -14,9 +14,9 @@ import (
 
 // AuthorizeInput is a request to place a hold.
 type AuthorizeInput struct {
-	TenantID    int64
-	Key         string
-	Fingerprint Fingerprint
+	TenantID      int64
+	Key           string
+	Fingerprint   Fingerprint
 	AmountMinor   int64
 	Currency      string
 	Provider      string

@@ -62,7 +62,10 @@ type Status string
 
 // Hold states as reported by a provider.
 const (
-	StatusAuthorized        Status = "authorized"
+	// StatusRequiresConfirmation: created, not yet confirmed; no money is
+	// held (Stripe's requires_confirmation).
+	StatusRequiresConfirmation Status = "requires_confirmation"
+	StatusAuthorized           Status = "authorized"
 	StatusDeclined          Status = "declined"
 	StatusCaptured          Status = "captured"
 	StatusCanceled          Status = "canceled"

@@ -322,5 +322,23 @@ func TestCrashedOwner(t *testing.T) {
 		if status != "authorized" || len(ops) != 1 || ref != ops[0].Ref {
 			t.Fatalf("resolved payment %s %s; provider ops %+v", status, ref, ops)
 		}
+		// No retry at all: the reference was saved before the confirmation,
+		// so one lookup settled it.
+		var calls []string
+		rows, err := w.pool.Query(context.Background(), `SELECT e.operation FROM payment_events e JOIN payments p ON p.id = e.payment_id
+			WHERE p.idempotency_key = $1 AND e.type = 'provider_call' ORDER BY e.id`, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var op string
+			if err := rows.Scan(&op); err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, op)
+		}
+		if strings.Join(calls, ",") != "lookup" {
+			t.Fatalf("provider calls recorded %v, want just the resolver's lookup", calls)
+		}
 	})
 }

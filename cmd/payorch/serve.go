@@ -101,10 +101,10 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	}()
 
 	srv := httpapi.New(httpapi.Config{
-		Service:         svc,
-		Migrator:        m,
-		Logger:          logger,
-		RateLimit:       cfg.RateLimit,
+		Service:          svc,
+		Migrator:         m,
+		Logger:           logger,
+		RateLimit:        cfg.RateLimit,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
 		ExecutionTimeout: cfg.IdempotencyLease - cfg.ProviderTimeout/2,
 	})

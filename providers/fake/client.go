@@ -75,23 +75,30 @@ func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) 
 			in.Metadata[metaTenantID] = strconv.FormatInt(req.TenantID, 10)
 		}
 	}
+	// Create first (nothing is held yet), hand the reference over, then
+	// confirm: a lost confirmation answer is settled by one Lookup. Both
+	// carry the same key; the provider scopes keys by route.
+	var created holdJSON
+	if err := c.call(ctx, OpCreate, http.MethodPost, "/v1/holds", req.Key, in, &created); err != nil {
+		return providers.Hold{}, err
+	}
+	if req.OnReference != nil {
+		if cbErr := req.OnReference(ctx, created.Ref); cbErr != nil {
+			return providers.Hold{}, &providers.Error{
+				Kind: providers.KindNotExecuted, Code: providers.CodeProviderInternalError,
+				Message: fmt.Sprintf("fake authorize: hold %s created but OnReference failed; not confirmed", created.Ref),
+				Err:     cbErr,
+			}
+		}
+	}
 	var v holdJSON
-	err := c.call(ctx, OpAuthorize, http.MethodPost, "/v1/holds", req.Key, in, &v)
+	err := c.call(ctx, OpAuthorize, http.MethodPost, holdPath(created.Ref, "/confirm"), req.Key, struct{}{}, &v)
 	if err != nil {
 		var ae *APIError
 		if providers.KindOf(err) != providers.KindDeclined || !errors.As(err, &ae) || ae.hold == nil {
 			return providers.Hold{}, err
 		}
 		v = *ae.hold
-	}
-	if req.OnReference != nil {
-		if cbErr := req.OnReference(ctx, v.Ref); cbErr != nil {
-			return providers.Hold{}, &providers.Error{
-				Kind: providers.KindUnknown, Code: providers.CodeProviderInternalError,
-				Message: fmt.Sprintf("fake authorize: hold %s placed but OnReference failed; retry with the same key", v.Ref),
-				Err:     cbErr,
-			}
-		}
 	}
 	return v.hold(), err
 }

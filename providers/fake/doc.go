@@ -9,7 +9,8 @@
 //
 // # Endpoints
 //
-//	POST   /v1/holds                  authorize a hold           (operation "authorize")
+//	POST   /v1/holds                  create a hold, nothing held (operation "create", not logged)
+//	POST   /v1/holds/{ref}/confirm    authorize the created hold (operation "authorize")
 //	POST   /v1/holds/{ref}/capture    capture, 0/omitted = all   (operation "capture")
 //	POST   /v1/holds/{ref}/cancel     void an authorized hold    (operation "cancel")
 //	POST   /v1/holds/{ref}/refunds    refund, 0/omitted = rest   (operation "refund")

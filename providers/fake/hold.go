@@ -187,9 +187,20 @@ type cancelParams struct{}
 
 func (p *cancelParams) validate() *apiError { return nil }
 
-func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var p authorizeParams
-	s.serveWrite(w, r, OpAuthorize, &p, func(now time.Time) outcome { return s.authorize(now, &p) })
+	s.serveWrite(w, r, OpCreate, &p, func(now time.Time) outcome { return s.create(now, &p) })
+}
+
+// confirmParams is the (empty) body of POST /v1/holds/{ref}/confirm.
+type confirmParams struct{}
+
+func (p *confirmParams) validate() *apiError { return nil }
+
+func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
+	var p confirmParams
+	ref := r.PathValue("ref")
+	s.serveWrite(w, r, OpAuthorize, &p, func(now time.Time) outcome { return s.confirm(now, ref) })
 }
 
 func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
@@ -204,8 +215,10 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	s.serveWrite(w, r, OpCancel, &p, func(now time.Time) outcome { return s.cancel(now, ref) })
 }
 
-// authorize places a hold, or records a declined one. Called with s.mu held.
-func (s *Server) authorize(now time.Time, p *authorizeParams) outcome {
+// create records a hold awaiting confirmation: its reference exists before
+// any money is held, so a caller can save it first (Stripe's create, then
+// confirm). Called with s.mu held.
+func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 	pm := p.PaymentMethod
 	if pm == "" {
 		pm = defaultPaymentMethod
@@ -219,21 +232,39 @@ func (s *Server) authorize(now time.Time, p *authorizeParams) outcome {
 		paymentMethod: pm,
 		description:   p.Description,
 		metadata:      meta,
-		status:        providers.StatusAuthorized,
+		status:        providers.StatusRequiresConfirmation,
 		amount:        p.AmountMinor,
 		currency:      p.Currency,
 		created:       now,
 		updated:       now,
-		captureBefore: now.Add(s.cfg.HoldLifetime),
 		touched:       []time.Time{now},
-	}
-	if code := paymentMethods[pm]; code != "" {
-		h.status, h.declineCode, h.captureBefore = providers.StatusDeclined, code, time.Time{}
 	}
 	s.holds[h.ref] = h
 	s.order = append(s.order, h)
 	v := h.view(now)
-	op := Operation{Ref: h.ref, PaymentID: v.PaymentID, AmountMinor: h.amount, Outcome: OutcomeSucceeded}
+	return outcome{status: http.StatusOK, body: v,
+		op: Operation{Ref: h.ref, PaymentID: v.PaymentID, AmountMinor: h.amount, Outcome: OutcomeSucceeded}}
+}
+
+// confirm authorizes a created hold: places it, or records the decline.
+// Called with s.mu held.
+func (s *Server) confirm(now time.Time, ref string) outcome {
+	h := s.holds[ref]
+	op := Operation{Ref: ref}
+	if h == nil {
+		return refused(op, notFound("hold", ref))
+	}
+	op.PaymentID, op.AmountMinor = h.metadata[metaPaymentID], h.amount
+	if h.status != providers.StatusRequiresConfirmation {
+		return refused(op, rejected(providers.CodeStateConflict, "only a hold awaiting confirmation can be confirmed; this one is %s", h.view(now).Status))
+	}
+	h.status, h.captureBefore = providers.StatusAuthorized, now.Add(s.cfg.HoldLifetime)
+	if code := paymentMethods[h.paymentMethod]; code != "" {
+		h.status, h.declineCode, h.captureBefore = providers.StatusDeclined, code, time.Time{}
+	}
+	h.touch(now)
+	v := h.view(now)
+	op.Outcome = OutcomeSucceeded
 	if h.declineCode != "" {
 		op.Outcome = h.declineCode
 		return outcome{err: declined(h.declineCode, &v), op: op}

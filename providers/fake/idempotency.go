@@ -160,11 +160,13 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 	}
 	entry.status, entry.body, entry.done = out.status, marshal(out.body), true
 	rec := out.op
-	rec.Seq = int64(len(s.ops) + 1)
 	rec.Operation = op
 	rec.IdempotencyKey = key
 	rec.At = now
-	s.ops = append(s.ops, rec)
+	if op != OpCreate { // creating moves no money: the log is of what does
+		rec.Seq = int64(len(s.ops) + 1)
+		s.ops = append(s.ops, rec)
+	}
 	status, body := entry.status, entry.body
 	s.mu.Unlock()
 	stored = true

@@ -60,18 +60,18 @@ func TestReplayIsByteIdentical(t *testing.T) {
 	t.Parallel()
 	r, c := start(t, fake.Config{})
 	key := newKey(t)
-	first := do(t, "POST", r.URL()+"/v1/holds", map[string]string{"Idempotency-Key": key},
+	created, first := rawAuthorize(t, r.URL(), key,
 		[]byte(`{"amount_minor":1200,"currency":"EUR","metadata":{"payment_id":"pay_1","tenant_id":"3"}}`))
 	if first.status != http.StatusOK || first.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("first answer %d %q (replayed %q)", first.status, first.body, first.header.Get("Idempotent-Replayed"))
 	}
 	// Key order and whitespace do not matter.
-	again := do(t, "POST", r.URL()+"/v1/holds", map[string]string{"Idempotency-Key": key},
+	created2, again := rawAuthorize(t, r.URL(), key,
 		[]byte(`{ "metadata": {"tenant_id":"3", "payment_id":"pay_1"}, "currency": "EUR", "amount_minor": 1200 }`))
-	if again.status != first.status || !bytes.Equal(again.body, first.body) {
+	if !bytes.Equal(created2.body, created.body) || again.status != first.status || !bytes.Equal(again.body, first.body) {
 		t.Fatalf("replay %d %q, want %d %q", again.status, again.body, first.status, first.body)
 	}
-	if again.header.Get("Idempotent-Replayed") != "true" {
+	if again.header.Get("Idempotent-Replayed") != "true" || created2.header.Get("Idempotent-Replayed") != "true" {
 		t.Error("replay lacks Idempotent-Replayed: true")
 	}
 	if n := len(operations(t, c, key)); n != 1 {
@@ -84,7 +84,7 @@ func TestDeclineIsStoredAndReplayed(t *testing.T) {
 	r, c := start(t, fake.Config{})
 	key := newKey(t)
 	body := []byte(`{"amount_minor":900,"currency":"USD","payment_method":"pm_card_chargeDeclinedInsufficientFunds"}`)
-	first := do(t, "POST", r.URL()+"/v1/holds", map[string]string{"Idempotency-Key": key}, body)
+	_, first := rawAuthorize(t, r.URL(), key, body)
 	var eb struct {
 		Error struct {
 			Code string
@@ -95,7 +95,7 @@ func TestDeclineIsStoredAndReplayed(t *testing.T) {
 		eb.Error.Code != providers.CodeInsufficientFunds || eb.Error.Hold.Status != "declined" || eb.Error.Hold.Ref == "" {
 		t.Fatalf("decline answer %d %s", first.status, first.body)
 	}
-	again := do(t, "POST", r.URL()+"/v1/holds", map[string]string{"Idempotency-Key": key}, body)
+	_, again := rawAuthorize(t, r.URL(), key, body)
 	if again.status != first.status || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replayed decline %d %s, want the first", again.status, again.body)
 	}
@@ -110,7 +110,7 @@ func TestSameKeyOtherBodyIsMismatch(t *testing.T) {
 	r, c := start(t, fake.Config{})
 	key := newKey(t)
 	hdr := map[string]string{"Idempotency-Key": key}
-	if got := do(t, "POST", r.URL()+"/v1/holds", hdr, []byte(`{"amount_minor":100,"currency":"EUR"}`)); got.status != 200 {
+	if _, got := rawAuthorize(t, r.URL(), key, []byte(`{"amount_minor":100,"currency":"EUR"}`)); got.status != 200 {
 		t.Fatalf("first: %d %s", got.status, got.body)
 	}
 	got := do(t, "POST", r.URL()+"/v1/holds", hdr, []byte(`{"amount_minor":100,"currency":"GBP"}`))
@@ -184,7 +184,7 @@ func TestInvalidRequestsAreRefusedAndNotStored(t *testing.T) {
 				return
 			}
 			// Nothing was stored: the key still works with a valid body.
-			if ok := do(t, "POST", r.URL()+"/v1/holds", map[string]string{"Idempotency-Key": key}, []byte(valid)); ok.status != http.StatusOK {
+			if _, ok := rawAuthorize(t, r.URL(), key, []byte(valid)); ok.status != http.StatusOK {
 				t.Fatalf("valid request after the refused one: %d %s", ok.status, ok.body)
 			}
 			if n := len(operations(t, c, key)); n != 1 {
@@ -204,4 +204,20 @@ func TestTraceparentIsAccepted(t *testing.T) {
 	if got.status != http.StatusOK {
 		t.Fatalf("got %d %s", got.status, got.body)
 	}
+}
+
+// rawAuthorize authorizes over raw HTTP as the Client does: create the hold,
+// then confirm it, both under key. It returns both answers.
+func rawAuthorize(t *testing.T, base, key string, body []byte) (created, confirmed rawResponse) {
+	t.Helper()
+	hdr := map[string]string{"Idempotency-Key": key}
+	created = do(t, "POST", base+"/v1/holds", hdr, body)
+	if created.status != http.StatusOK {
+		return created, created
+	}
+	var h struct{ Ref string }
+	if err := json.Unmarshal(created.body, &h); err != nil || h.Ref == "" {
+		t.Fatalf("create answered %s", created.body)
+	}
+	return created, do(t, "POST", base+"/v1/holds/"+h.Ref+"/confirm", hdr, nil)
 }

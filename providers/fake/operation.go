@@ -9,9 +9,12 @@ import (
 // faults.
 type Op string
 
-// Operations. Only the writes (authorize, capture, cancel, refund) are
-// logged; faults can target every one.
+// Operations. Only the writes that move money (authorize, which is the
+// confirmation of a created hold, capture, cancel, refund) are logged;
+// faults can target every one.
 const (
+	// OpCreate creates a hold in requires_confirmation; nothing is held.
+	OpCreate    Op = "create"
 	OpAuthorize Op = "authorize"
 	OpCapture   Op = "capture"
 	OpCancel    Op = "cancel"
@@ -23,7 +26,7 @@ const (
 // valid reports whether o is a known operation.
 func (o Op) valid() bool {
 	switch o {
-	case OpAuthorize, OpCapture, OpCancel, OpRefund, OpLookup, OpReport:
+	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpLookup, OpReport:
 		return true
 	}
 	return false

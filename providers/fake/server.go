@@ -58,7 +58,8 @@ func NewServer(cfg Config) *Server {
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("POST /v1/holds", s.handleAuthorize)
+	s.mux.HandleFunc("POST /v1/holds", s.handleCreate)
+	s.mux.HandleFunc("POST /v1/holds/{ref}/confirm", s.handleConfirm)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/capture", s.handleCapture)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/cancel", s.handleCancel)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/refunds", s.handleRefund)
