@@ -66,12 +66,12 @@ const (
 	// held (Stripe's requires_confirmation).
 	StatusRequiresConfirmation Status = "requires_confirmation"
 	StatusAuthorized           Status = "authorized"
-	StatusDeclined          Status = "declined"
-	StatusCaptured          Status = "captured"
-	StatusCanceled          Status = "canceled"
-	StatusExpired           Status = "expired"
-	StatusPartiallyRefunded Status = "partially_refunded"
-	StatusRefunded          Status = "refunded"
+	StatusDeclined             Status = "declined"
+	StatusCaptured             Status = "captured"
+	StatusCanceled             Status = "canceled"
+	StatusExpired              Status = "expired"
+	StatusPartiallyRefunded    Status = "partially_refunded"
+	StatusRefunded             Status = "refunded"
 )
 
 // AuthorizeRequest asks for a hold of AmountMinor in Currency.

@@ -132,6 +132,70 @@ func start() error {
 	return nil
 }
 
+// throwAway configures a fast, non-durable cluster in dir.
+func throwAway(dir string) pgcluster.Config {
+	return pgcluster.Config{
+		DataDir:   filepath.Join(dir, "data"),
+		SocketDir: filepath.Join(dir, "run"),
+		NoSync:    true,
+		Settings: map[string]string{
+			"fsync":              "off",
+			"synchronous_commit": "off",
+			"full_page_writes":   "off",
+			"max_connections":    "300",
+			"shared_buffers":     "128MB",
+			"log_min_messages":   "warning",
+			"log_line_prefix":    "%m [%p] %d ",
+		},
+	}
+}
+
+// NewCluster starts a cluster of t's own, for tests that restart or break
+// the database server, with the migrations applied to its postgres
+// database. It is stopped and removed when t ends.
+func NewCluster(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "payorch-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := throwAway(dir)
+	// This cluster gets crashed on purpose: an acknowledged commit must
+	// survive a server crash, as in production. (fsync may stay off: the
+	// operating system does not crash, only PostgreSQL.)
+	cfg.Settings["synchronous_commit"] = "on"
+	c, err := pgcluster.Start(ctx, cfg)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("pgtest: own cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.Stop(sctx)
+		_ = os.RemoveAll(dir)
+	})
+	pool, err := pgxpool.New(ctx, c.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	m, err := migrations.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func shutdown() {
 	if baseURL == nil {
 		return

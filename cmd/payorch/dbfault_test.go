@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/internal/pgtest"
+)
+
+// TestDatabaseRestartsAndKilledBackends sends a stream of authorizations
+// through `payorch serve` while PostgreSQL is restarted in immediate mode
+// (a crash, as clients see it) and every backend is terminated. Each client
+// retries its key until it gets an answer. Afterwards: every request got
+// its 201 (nothing lost), every key made exactly one provider hold and one
+// payment, and every replay is byte-identical to the answer the client
+// kept. The server is never restarted.
+func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.NewCluster(t)
+	w := newWorld(t, cluster.ConnString("postgres"))
+	srv := startServe(t, w.env(map[string]string{
+		"PAYORCH_PROVIDER_TIMEOUT":  "2s",
+		"PAYORCH_IDEMPOTENCY_LEASE": "4s",
+		"PAYORCH_DB_MAX_CONNS":      "10",
+	}))
+	body := `{"amount_minor":2500,"currency":"EUR"}`
+
+	const workers, perWorker = 8, 12
+	type ack struct {
+		key  string
+		body []byte
+	}
+	acks := make(chan ack, workers*perWorker)
+	lost := make(chan string, workers*perWorker)
+	stop := make(chan struct{})
+	var retries atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range perWorker {
+				key := fmt.Sprintf("dbfault-%d-%d", i, j)
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					a := authorize(srv.base, w.key, key, body)
+					if a.err == nil && a.status == 201 {
+						acks <- ack{key, a.body}
+						break
+					}
+					retries.Add(1)
+					if time.Now().After(deadline) {
+						lost <- fmt.Sprintf("%s: last answer %d %s %v", key, a.status, a.body, a.err)
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+
+	// The disruptions, while the workers run.
+	disrupted := make(chan error, 1)
+	go func() {
+		ctx := context.Background()
+		time.Sleep(300 * time.Millisecond)
+		if err := cluster.Restart(ctx, true); err != nil {
+			disrupted <- err
+			return
+		}
+		time.Sleep(400 * time.Millisecond)
+		conn, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+		if err != nil {
+			disrupted <- err
+			return
+		}
+		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'`)
+		conn.Close(ctx)
+		if err != nil {
+			disrupted <- err
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+		disrupted <- cluster.Restart(ctx, true)
+	}()
+	if err := <-disrupted; err != nil {
+		t.Fatalf("disruption: %v", err)
+	}
+	wg.Wait()
+	close(stop)
+	close(acks)
+	close(lost)
+	for l := range lost {
+		t.Errorf("lost: %s", l)
+	}
+	if retries.Load() == 0 {
+		t.Fatal("no request ever failed: the disruptions missed the traffic, so this run proves nothing")
+	}
+	t.Logf("%d failed attempts retried", retries.Load())
+	got := map[string][]byte{}
+	for a := range acks {
+		got[a.key] = a.body
+	}
+	if len(got) != workers*perWorker {
+		t.Fatalf("%d of %d requests acknowledged", len(got), workers*perWorker)
+	}
+	for key, first := range got {
+		if ops := w.providerAuthorizations(t, key); len(ops) != 1 {
+			t.Errorf("%s: %d provider authorizations, want 1", key, len(ops))
+		}
+		a := authorize(srv.base, w.key, key, body)
+		if a.status != 201 || !a.replayed || string(a.body) != string(first) {
+			t.Errorf("%s: replay %d replayed=%v differs from the acknowledged answer:\n%s\n%s", key, a.status, a.replayed, a.body, first)
+		}
+	}
+	if n := w.count(t, `SELECT count(*) FROM payments`); n != workers*perWorker {
+		t.Errorf("%d payments, want %d", n, workers*perWorker)
+	}
+	if n := w.count(t, `SELECT count(*) FROM payments WHERE status <> 'authorized'`); n != 0 {
+		t.Errorf("%d payments not authorized", n)
+	}
+}
