@@ -120,17 +120,11 @@ func canonValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 			return errors.New("malformed JSON")
 		}
 	case json.Number:
-		if i := strings.IndexAny(string(t), "eE"); i >= 0 {
-			// big.Rat would expand 1e999999999 in memory: bound it first.
-			if exp, err := strconv.Atoi(strings.TrimPrefix(string(t)[i+1:], "+")); err != nil || exp > 400 || exp < -400 {
-				return fmt.Errorf("number %q out of range", string(t))
-			}
+		n, err := canonNumber(string(t))
+		if err != nil {
+			return err
 		}
-		r, ok := new(big.Rat).SetString(string(t))
-		if !ok {
-			return fmt.Errorf("malformed number %q", string(t))
-		}
-		out.WriteString(r.RatString())
+		out.WriteString(n)
 	case string:
 		writeString(out, t)
 	case bool:
@@ -139,6 +133,38 @@ func canonValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 		out.WriteString("null")
 	}
 	return nil
+}
+
+// canonNumber spells a JSON number exactly and one way: an integer in
+// decimal, anything else as the shortest exact decimal fraction (a JSON
+// number always has one). 1e2, 100 and 100.0 are all "100".
+func canonNumber(s string) (string, error) {
+	mant, exp := s, 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		// big.Rat would expand 1e999999999 in memory: bound it first.
+		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil || e > 400 || e < -400 {
+			return "", fmt.Errorf("number %q out of range", s)
+		}
+		mant, exp = s[:i], e
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return "", fmt.Errorf("malformed number %q", s)
+	}
+	if r.IsInt() {
+		return r.Num().String(), nil
+	}
+	places := 0
+	if j := strings.IndexByte(mant, '.'); j >= 0 {
+		places = len(mant) - j - 1
+	}
+	places -= exp
+	f := r.FloatString(max(places, 0))
+	if strings.Contains(f, ".") {
+		f = strings.TrimRight(strings.TrimRight(f, "0"), ".")
+	}
+	return f, nil
 }
 
 func writeString(out *bytes.Buffer, s string) {

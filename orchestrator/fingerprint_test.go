@@ -13,6 +13,9 @@ func TestCanonicalJSON(t *testing.T) {
 	same := [][]string{
 		{`{"a":1,"b":"x"}`, `{"b":"x","a":1}`, " {\n\"a\" : 1.0 , \"b\":\"\\u0078\"} "},
 		{`{"n":100}`, `{"n":1e2}`, `{"n":100.00}`, `{"n":1E+2}`},
+		{`{"n":0.5}`, `{"n":5e-1}`, `{"n":0.50}`, `{"n":50E-2}`},
+		{`{"n":-1.001}`, `{"n":-1001e-3}`, `{"n":-0.1001e1}`},
+		{`{"n":0}`, `{"n":-0}`, `{"n":0.0e5}`},
 		{`{"m":{"y":[1,2],"x":null}}`, `{"m":{"x":null,"y":[1.0,2e0]}}`},
 		{``, `{}`, "  "},
 	}
@@ -43,6 +46,9 @@ func TestCanonicalJSON(t *testing.T) {
 		if bytes.Equal(x, y) {
 			t.Errorf("%s and %s canonicalise alike", d[0], d[1])
 		}
+	}
+	if got, _ := orchestrator.CanonicalJSON([]byte(`{"n":1.001}`)); string(got) != `{"n":1.001}` {
+		t.Errorf("1.001 canonicalised to %s, which must stay valid JSON", got)
 	}
 	for _, bad := range []string{`{"a":1,"a":2}`, `{"a":1} x`, `{"a":}`, `{"a":1e99999}`, "{\"a\":\"\xff\"}",
 		strings.Repeat("[", 40) + strings.Repeat("]", 40)} {

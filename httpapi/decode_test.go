@@ -1,0 +1,52 @@
+package httpapi
+
+import (
+	"testing"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+func TestMinorUnits(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{`100`: 100, `1e2`: 100, `100.0`: 100, `1E+2`: 100, `0`: 0, `-5`: -5, `99999999999`: 99999999999} {
+		var m minorUnits
+		if err := m.UnmarshalJSON([]byte(in)); err != nil || !m.set || m.value != want {
+			t.Errorf("%s → %+v, %v; want %d", in, m, err, want)
+		}
+	}
+	for _, in := range []string{`10.5`, `"100"`, `null`, `1e-2`, `99999999999999999999`, `1e100000000`, `true`} {
+		var m minorUnits
+		if err := m.UnmarshalJSON([]byte(in)); err == nil {
+			t.Errorf("%s accepted as %d", in, m.value)
+		}
+	}
+}
+
+// FuzzDecodeCreatePayment: the strict decoder never panics, and whatever it
+// accepts has a canonical form that fingerprints, so a request can never be
+// executed without being claimable.
+func FuzzDecodeCreatePayment(f *testing.F) {
+	for _, s := range []string{
+		`{"amount_minor":1000,"currency":"EUR"}`,
+		`{"amount_minor":1e3,"currency":"EUR","metadata":{"a":"b"},"description":"x"}`,
+		`{"amount_minor":1000,"amount_minor":1}`,
+		`{"amount_minor":10.5}`,
+		`{"metadata":{"a":1}}`,
+		`{"provider":"fake","payment_method":"pm_card_visa"} x`,
+		`[]`, ``, `null`, `{"amount_minor":"1"}`, `{"unknown":true}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req createPaymentRequest
+		if err := decodeStrict(b, &req); err != nil {
+			if orchestrator.ErrorCode(err) != orchestrator.CodeValidationFailed {
+				t.Fatalf("decode error with code %s: %v", orchestrator.ErrorCode(err), err)
+			}
+			return
+		}
+		if _, err := orchestrator.NewFingerprint(orchestrator.OpAuthorize, nil, b); err != nil {
+			t.Fatalf("accepted body %q does not fingerprint: %v", b, err)
+		}
+	})
+}
