@@ -228,9 +228,20 @@ payorch dev is up: %[1]s   (Ctrl-C stops the server and the database)
 try:
   curl -s %[1]s/readyz
   curl -s -H 'Authorization: Bearer %[4]s' %[1]s/v1/me
-  curl -s -H 'Authorization: Bearer %[7]s' %[1]s/v1/tenants
-  curl -s -H 'Authorization: Bearer %[7]s' %[1]s/v1/api_keys
-  DATABASE_URL='%[2]s' go run ./cmd/payorch tenants list
 
-`, base, dbURL, k.TenantID, k.Merchant, k.Support, k.Finance, k.Admin)
+  # authorize 10.50 EUR (retry it as often as you like: same answer, one hold)
+  curl -si -X POST %[1]s/v1/payments -H 'Authorization: Bearer %[4]s' \
+    -H 'Idempotency-Key: order-1001' -H 'Content-Type: application/json' \
+    -d '{"amount_minor":1050,"currency":"EUR","description":"order 1001"}'
+  # capture it (the payment id is derived from the tenant and the key)
+  curl -s -X POST %[1]s/v1/payments/%[8]s/capture -H 'Authorization: Bearer %[4]s' \
+    -H 'Idempotency-Key: capture-1001'
+  # support: find it by its key, and its history
+  curl -s -H 'Authorization: Bearer %[5]s' '%[1]s/v1/payments?idempotency_key=order-1001'
+  curl -s -H 'Authorization: Bearer %[5]s' %[1]s/v1/payments/%[8]s/events
+
+  curl -s -H 'Authorization: Bearer %[7]s' %[1]s/v1/tenants
+  DATABASE_URL='%[2]s' ./bin/payorch tenants list
+
+`, base, dbURL, k.TenantID, k.Merchant, k.Support, k.Finance, k.Admin, orchestrator.PaymentID(k.TenantID, "order-1001"))
 }
