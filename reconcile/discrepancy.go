@@ -1,0 +1,265 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// Discrepancy is one finding of a run: what we expected (our books) against
+// what the provider has, with both ids.
+type Discrepancy struct {
+	ID              int64          `json:"id"`
+	Object          string         `json:"object"`
+	RunID           int64          `json:"run_id"`
+	Category        string         `json:"category"`
+	TenantID        *int64         `json:"tenant_id"`
+	PaymentID       *string        `json:"payment_id"`
+	ProviderRef     *string        `json:"provider_ref"`
+	Field           string         `json:"field"`
+	Expected        string         `json:"expected"`
+	Actual          string         `json:"actual"`
+	Currency        string         `json:"currency"`
+	DifferenceMinor *int64         `json:"difference_minor"`
+	Change          string         `json:"change"`
+	Detail          map[string]any `json:"detail"`
+	CreatedAt       time.Time      `json:"created_at"`
+	ResolvedAt      *time.Time     `json:"resolved_at"`
+	ResolvedBy      *string        `json:"resolved_by"`
+	ResolutionNote  *string        `json:"resolution_note"`
+}
+
+const discrepancyCols = `id, run_id, category, tenant_id, payment_id, provider_ref, field, expected, actual, currency,
+	difference_minor, change, detail, created_at, resolved_at, resolved_by, resolution_note`
+
+func scanDiscrepancy(row pgx.CollectableRow) (Discrepancy, error) {
+	var d Discrepancy
+	err := row.Scan(&d.ID, &d.RunID, &d.Category, &d.TenantID, &d.PaymentID, &d.ProviderRef, &d.Field, &d.Expected,
+		&d.Actual, &d.Currency, &d.DifferenceMinor, &d.Change, &d.Detail, &d.CreatedAt, &d.ResolvedAt, &d.ResolvedBy,
+		&d.ResolutionNote)
+	d.Object = "reconciliation_discrepancy"
+	d.CreatedAt = d.CreatedAt.UTC()
+	if d.ResolvedAt != nil {
+		t := d.ResolvedAt.UTC()
+		d.ResolvedAt = &t
+	}
+	return d, err
+}
+
+// DiscrepancyFilter selects discrepancies of one run.
+type DiscrepancyFilter struct {
+	RunID int64
+	// Category filters by category ("" all).
+	Category string
+	// State is "open", "resolved" or "" (both).
+	State string
+	// Change is "new", "still_open", "gone" (those of the previous version
+	// no longer found) or "".
+	Change        string
+	Limit         int
+	StartingAfter int64
+}
+
+// Validate checks the filter. Errors: validation_failed.
+func (f *DiscrepancyFilter) Validate() error {
+	if f.Category != "" && !knownCategory(f.Category) {
+		return orchestrator.ParamError("type", "unknown discrepancy type %q", f.Category)
+	}
+	switch f.State {
+	case "", "open", "resolved":
+	default:
+		return orchestrator.ParamError("status", "status must be open or resolved")
+	}
+	switch f.Change {
+	case "", "new", "still_open", "gone":
+	default:
+		return orchestrator.ParamError("change", "change must be new, still_open or gone")
+	}
+	if f.Limit < 0 || f.Limit > 1000 {
+		return orchestrator.ParamError("limit", "limit must be 1 to 1000")
+	}
+	return nil
+}
+
+func knownCategory(c string) bool {
+	for _, k := range Categories {
+		if k == c {
+			return true
+		}
+	}
+	return false
+}
+
+// discrepancyQuery returns the SQL and arguments selecting f's
+// discrepancies in id order (after StartingAfter, at most limit when > 0).
+func (r *Reconciler) discrepancyQuery(ctx context.Context, f DiscrepancyFilter, limit int) (string, []any, error) {
+	run, err := r.GetRun(ctx, f.RunID)
+	if err != nil {
+		return "", nil, err
+	}
+	target := run.ID
+	where := `d.run_id = $1`
+	if f.Change == "gone" {
+		if run.Diff.PreviousRunID == nil {
+			return `SELECT ` + discrepancyCols + ` FROM reconciliation_discrepancies WHERE false`, nil, nil
+		}
+		target = *run.Diff.PreviousRunID
+		where = `d.run_id = $1 AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies c
+			WHERE c.run_id = ` + strconv.FormatInt(run.ID, 10) + ` AND c.fingerprint = d.fingerprint)`
+	}
+	q := `SELECT ` + discrepancyColsD + ` FROM reconciliation_discrepancies d WHERE ` + where + `
+		AND ($2 = '' OR d.category = $2)
+		AND ($3 = '' OR ($3 = 'open') = (d.resolved_at IS NULL))
+		AND ($4 = '' OR $4 = 'gone' OR d.change = $4)
+		AND d.id > $5
+		ORDER BY d.id`
+	args := []any{target, f.Category, f.State, f.Change, f.StartingAfter}
+	if limit > 0 {
+		q += ` LIMIT $6`
+		args = append(args, limit)
+	}
+	return q, args, nil
+}
+
+const discrepancyColsD = `d.id, d.run_id, d.category, d.tenant_id, d.payment_id, d.provider_ref, d.field, d.expected,
+	d.actual, d.currency, d.difference_minor, d.change, d.detail, d.created_at, d.resolved_at, d.resolved_by, d.resolution_note`
+
+// ListDiscrepancies returns a page of a run's discrepancies and whether
+// more follow. Errors: not_found (run), validation_failed.
+func (r *Reconciler) ListDiscrepancies(ctx context.Context, f DiscrepancyFilter) ([]Discrepancy, bool, error) {
+	if err := f.Validate(); err != nil {
+		return nil, false, err
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	q, args, err := r.discrepancyQuery(ctx, f, f.Limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	rows, _ := r.pool.Query(ctx, q, args...)
+	ds, err := pgx.CollectRows(rows, scanDiscrepancy)
+	if err != nil {
+		return nil, false, fmt.Errorf("reconcile: list discrepancies: %w", err)
+	}
+	more := len(ds) > f.Limit
+	if more {
+		ds = ds[:f.Limit]
+	}
+	return ds, more, nil
+}
+
+// CSVHeader is the header row of the CSV export.
+var CSVHeader = []string{"id", "run_id", "category", "tenant_id", "payment_id", "provider_ref", "field", "expected",
+	"actual", "currency", "difference_minor", "change", "created_at", "resolved_at", "resolved_by", "resolution_note"}
+
+// WriteCSV streams every discrepancy matching f as CSV to w, row by row.
+// Errors: not_found (run), validation_failed.
+func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFilter) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	f.StartingAfter = 0
+	q, args, err := r.discrepancyQuery(ctx, f, 0)
+	if err != nil {
+		return err
+	}
+	rows, err := r.pool.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("reconcile: csv: %w", err)
+	}
+	defer rows.Close()
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	opt := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return csvSafe(*p)
+	}
+	for rows.Next() {
+		d, err := scanDiscrepancy(rows)
+		if err != nil {
+			return err
+		}
+		rec := []string{itoa(d.ID), itoa(d.RunID), d.Category, "", opt(d.PaymentID), opt(d.ProviderRef), d.Field,
+			csvSafe(d.Expected), csvSafe(d.Actual), d.Currency, "", d.Change, d.CreatedAt.Format(time.RFC3339), "",
+			opt(d.ResolvedBy), opt(d.ResolutionNote)}
+		if d.TenantID != nil {
+			rec[3] = itoa(*d.TenantID)
+		}
+		if d.DifferenceMinor != nil {
+			rec[10] = itoa(*d.DifferenceMinor)
+		}
+		if d.ResolvedAt != nil {
+			rec[13] = d.ResolvedAt.Format(time.RFC3339)
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return err
+	}
+	return rows.Err()
+}
+
+// csvSafe defuses spreadsheet formula injection in free text (a resolution
+// note typed by a person, a value from the provider).
+func csvSafe(s string) string {
+	if s != "" && (s[0] == '=' || s[0] == '+' || s[0] == '-' || s[0] == '@' || s[0] == '\t' || s[0] == '\r') {
+		if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return s // a negative amount is a number, not a formula
+		}
+		return "'" + s
+	}
+	return s
+}
+
+// GetDiscrepancy reads one discrepancy. Errors: not_found.
+func (r *Reconciler) GetDiscrepancy(ctx context.Context, id int64) (Discrepancy, error) {
+	rows, _ := r.pool.Query(ctx, `SELECT `+discrepancyCols+` FROM reconciliation_discrepancies WHERE id = $1`, id)
+	d, err := pgx.CollectExactlyOneRow(rows, scanDiscrepancy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Discrepancy{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no discrepancy %d", id)
+	}
+	if err != nil {
+		return Discrepancy{}, fmt.Errorf("reconcile: get discrepancy: %w", err)
+	}
+	return d, nil
+}
+
+// Resolve marks a discrepancy resolved with a note, recording who and when.
+// Errors: validation_failed (empty or long note), not_found, conflict
+// (already resolved).
+func (r *Reconciler) Resolve(ctx context.Context, id int64, note, by string) (Discrepancy, error) {
+	if note == "" || len(note) > 2000 {
+		return Discrepancy{}, orchestrator.ParamError("note", "note must be 1 to 2000 characters")
+	}
+	q := `UPDATE reconciliation_discrepancies SET resolved_at = $2, resolved_by = $3, resolution_note = $4
+		WHERE id = $1 AND resolved_at IS NULL
+		RETURNING ` + discrepancyCols
+	rows, _ := r.pool.Query(ctx, q, id, r.now(), by, note)
+	d, err := pgx.CollectExactlyOneRow(rows, scanDiscrepancy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, gerr := r.GetDiscrepancy(ctx, id); gerr != nil {
+			return Discrepancy{}, gerr
+		}
+		return Discrepancy{}, orchestrator.Errorf(orchestrator.CodeConflict, "discrepancy %d is already resolved", id)
+	}
+	if err != nil {
+		return Discrepancy{}, fmt.Errorf("reconcile: resolve: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,526 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// Categories of discrepancy (SPEC: Reconciliation).
+const (
+	MissingAtProvider     = "missing_at_provider"
+	MissingLocally        = "missing_locally"
+	AmountMismatch        = "amount_mismatch"
+	CurrencyMismatch      = "currency_mismatch"
+	StatusMismatch        = "status_mismatch"
+	DuplicateAtProvider   = "duplicate_at_provider"
+	StuckPending          = "stuck_pending"
+	HoldExpiredUncaptured = "hold_expired_uncaptured"
+)
+
+// Categories lists every category, in the order reports show them.
+var Categories = []string{MissingAtProvider, MissingLocally, AmountMismatch, CurrencyMismatch, StatusMismatch,
+	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured}
+
+// local is a payment as the matcher sees it.
+type local struct {
+	TenantID                   int64
+	ID, Status, Currency       string
+	Amount, Captured, Refunded int64
+	Ref                        *string
+	CaptureBefore              *time.Time
+	CreatedAt, UpdatedAt       time.Time
+}
+
+// remote is one row of the provider's record.
+type remote struct {
+	Ref, PaymentID, Status, Currency string
+	Amount, Captured, Refunded       int64
+	CreatedAt, UpdatedAt             time.Time
+}
+
+// finding is one discrepancy before it is stored.
+type finding struct {
+	Category, Field, Expected, Actual, Currency string
+	TenantID                                    *int64
+	PaymentID, Ref                              *string
+	Difference                                  *int64
+	Detail                                      map[string]any
+}
+
+func (f finding) fingerprint() string {
+	subject := ""
+	switch {
+	case f.PaymentID != nil:
+		subject = *f.PaymentID
+	case f.Ref != nil:
+		subject = "ref:" + *f.Ref
+	}
+	return f.Category + ":" + subject + ":" + f.Field
+}
+
+// result is what a run found.
+type result struct {
+	LocalCount, ProviderCount, MatchedCount, DiscrepancyCount int64
+}
+
+// match loads the provider's record into staging, matches it to payments
+// in SQL, streams the pairs through the rules and stores the findings.
+func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
+	prov := r.providers[run.Provider]
+	if prov == nil {
+		return result{}, fmt.Errorf("provider %q is not configured", run.Provider)
+	}
+	grace := time.Duration(run.GraceSeconds) * time.Second
+	from, to := run.WindowStart, run.WindowEnd
+	gfrom, gto := from.Add(-grace), to.Add(grace)
+
+	if _, err := r.stage(ctx, prov, run.ID, gfrom, gto); err != nil {
+		return result{}, err
+	}
+	// Match by the provider's reference, then by our payment id in its
+	// metadata for rows whose reference we never saw.
+	if _, err := r.pool.Exec(ctx, `
+		UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
+		FROM payments p
+		WHERE s.run_id = $1 AND p.provider_ref = s.ref AND p.provider = $2`, run.ID, run.Provider); err != nil {
+		return result{}, fmt.Errorf("match by reference: %w", err)
+	}
+	if _, err := r.pool.Exec(ctx, `
+		UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
+		FROM payments p
+		WHERE s.run_id = $1 AND s.matched_payment_id IS NULL AND s.payment_id <> '' AND p.id = s.payment_id
+			AND p.provider = $2`, run.ID, run.Provider); err != nil {
+		return result{}, fmt.Errorf("match by payment id: %w", err)
+	}
+
+	q := `
+		WITH s AS (
+			SELECT * FROM reconciliation_provider_rows WHERE run_id = $1
+		), l AS (
+			SELECT tenant_id, id, status, currency, amount_minor, captured_minor, refunded_minor, provider_ref,
+				capture_before, created_at, updated_at
+			FROM payments
+			WHERE provider = $2 AND ((created_at >= $3 AND created_at < $4) OR (updated_at >= $3 AND updated_at < $4))
+			UNION
+			SELECT p.tenant_id, p.id, p.status, p.currency, p.amount_minor, p.captured_minor, p.refunded_minor,
+				p.provider_ref, p.capture_before, p.created_at, p.updated_at
+			FROM payments p JOIN s ON p.tenant_id = s.matched_tenant_id AND p.id = s.matched_payment_id
+		)
+		SELECT l.tenant_id, l.id, l.status, l.currency, l.amount_minor, l.captured_minor, l.refunded_minor,
+			l.provider_ref, l.capture_before, l.created_at, l.updated_at,
+			s.ref, s.payment_id, s.status, s.currency, s.amount_minor, s.captured_minor, s.refunded_minor,
+			s.created_at, s.updated_at
+		FROM l FULL JOIN s ON s.matched_tenant_id = l.tenant_id AND s.matched_payment_id = l.id
+		ORDER BY coalesce(l.tenant_id, -1), coalesce(l.id, s.ref), s.updated_at, s.seq`
+	rows, err := r.pool.Query(ctx, q, run.ID, run.Provider, gfrom, gto)
+	if err != nil {
+		return result{}, fmt.Errorf("pair: %w", err)
+	}
+	defer rows.Close()
+
+	st := newStats(from, to)
+	w := newFindingWriter(r, run.ID)
+	var (
+		cur     *local
+		group   []remote
+		flushed = func() error {
+			if cur == nil && len(group) == 0 {
+				return nil
+			}
+			for _, f := range r.judge(cur, group, from, to) {
+				if err := w.add(ctx, f); err != nil {
+					return err
+				}
+			}
+			st.count(cur, group)
+			return nil
+		}
+	)
+	for rows.Next() {
+		var (
+			l                         local
+			lTenant                   *int64
+			lID, lStatus, lCur        *string
+			lAmt, lCap, lRefd         *int64
+			lCreated, lUpdated        *time.Time
+			sRef, sPay, sStatus, sCur *string
+			sAmt, sCap, sRefd         *int64
+			sCreated, sUpdated        *time.Time
+		)
+		if err := rows.Scan(&lTenant, &lID, &lStatus, &lCur, &lAmt, &lCap, &lRefd, &l.Ref, &l.CaptureBefore, &lCreated, &lUpdated,
+			&sRef, &sPay, &sStatus, &sCur, &sAmt, &sCap, &sRefd, &sCreated, &sUpdated); err != nil {
+			return result{}, fmt.Errorf("scan pair: %w", err)
+		}
+		var lp *local
+		if lID != nil {
+			l.TenantID, l.ID, l.Status, l.Currency = *lTenant, *lID, *lStatus, *lCur
+			l.Amount, l.Captured, l.Refunded = *lAmt, *lCap, *lRefd
+			l.CreatedAt, l.UpdatedAt = *lCreated, *lUpdated
+			lp = &l
+		}
+		var rm *remote
+		if sRef != nil {
+			rm = &remote{Ref: *sRef, PaymentID: *sPay, Status: *sStatus, Currency: *sCur, Amount: *sAmt,
+				Captured: *sCap, Refunded: *sRefd, CreatedAt: *sCreated, UpdatedAt: *sUpdated}
+		}
+		// Rows of one payment arrive together; unmatched provider rows
+		// arrive alone, grouped by reference.
+		same := false
+		switch {
+		case lp != nil && cur != nil:
+			same = lp.TenantID == cur.TenantID && lp.ID == cur.ID
+		case lp == nil && cur == nil && rm != nil && len(group) > 0:
+			same = rm.Ref == group[0].Ref
+		}
+		if !same {
+			if err := flushed(); err != nil {
+				return result{}, err
+			}
+			cur, group = lp, nil
+		}
+		if rm != nil {
+			group = append(group, *rm)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return result{}, fmt.Errorf("pair: %w", err)
+	}
+	if err := flushed(); err != nil {
+		return result{}, err
+	}
+	if err := w.flush(ctx); err != nil {
+		return result{}, err
+	}
+
+	res := result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		diff, err := carryOver(ctx, tx, run)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
+				local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,
+				totals = $7, category_counts = $8, diff = $9
+			WHERE id = $1`, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount, res.DiscrepancyCount,
+			st.totals, w.byCategory, diff)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
+		return err
+	})
+	if err != nil {
+		return result{}, fmt.Errorf("finish run: %w", err)
+	}
+	return res, nil
+}
+
+// stage streams the provider's record of [from, to) into
+// reconciliation_provider_rows with COPY, never holding it in memory.
+func (r *Reconciler) stage(ctx context.Context, prov providers.Provider, runID int64, from, to time.Time) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rowsCh := make(chan providers.ReportRow, 1024)
+	errCh := make(chan error, 1)
+	go func() {
+		defer close(rowsCh)
+		errCh <- prov.Report(ctx, providers.ReportRequest{From: from, To: to}, func(row providers.ReportRow) error {
+			select {
+			case rowsCh <- row:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	var seq int64
+	var next providers.ReportRow
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		row, ok := <-rowsCh
+		if !ok {
+			return nil, nil
+		}
+		next = row
+		seq++
+		return []any{runID, seq, next.Ref, next.PaymentID, string(next.Status), next.AmountMinor, next.CapturedMinor,
+			next.RefundedMinor, strings.ToUpper(next.Currency), next.CreatedAt, next.UpdatedAt}, nil
+	})
+	n, copyErr := r.pool.CopyFrom(ctx, pgx.Identifier{"reconciliation_provider_rows"},
+		[]string{"run_id", "seq", "ref", "payment_id", "status", "amount_minor", "captured_minor", "refunded_minor",
+			"currency", "created_at", "updated_at"}, src)
+	if copyErr != nil {
+		cancel()
+		for range rowsCh { // let the reader finish
+		}
+		<-errCh
+		return 0, fmt.Errorf("stage provider rows: %w", copyErr)
+	}
+	if err := <-errCh; err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// inWindow reports whether t is in [from, to).
+func inWindow(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
+
+// expectedStatus maps our payment state to the provider's.
+var expectedStatus = map[string]providers.Status{
+	"authorized":         providers.StatusAuthorized,
+	"failed":             providers.StatusDeclined,
+	"captured":           providers.StatusCaptured,
+	"canceled":           providers.StatusCanceled,
+	"expired":            providers.StatusExpired,
+	"partially_refunded": providers.StatusPartiallyRefunded,
+	"refunded":           providers.StatusRefunded,
+}
+
+// judge applies the rules to one payment and the provider rows matched to
+// it (or to unmatched provider rows of one reference). Items that belong to
+// the neighbouring days (seen only in the grace margins) are not judged.
+func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []finding {
+	var out []finding
+	now := r.now()
+	if l == nil {
+		for i, rm := range rows {
+			if i > 0 || !(inWindow(rm.CreatedAt, from, to) || inWindow(rm.UpdatedAt, from, to)) {
+				continue
+			}
+			ref := rm.Ref
+			f := finding{Category: MissingLocally, Ref: &ref, Actual: string(rm.Status), Currency: rm.Currency,
+				Detail: map[string]any{"provider_amount_minor": rm.Amount, "provider_payment_id": rm.PaymentID}}
+			if len(rows) > 1 {
+				f.Detail["copies"] = len(rows)
+			}
+			out = append(out, f)
+		}
+		return out
+	}
+	core := inWindow(l.CreatedAt, from, to) || inWindow(l.UpdatedAt, from, to)
+	for _, rm := range rows {
+		core = core || inWindow(rm.CreatedAt, from, to) || inWindow(rm.UpdatedAt, from, to)
+	}
+	if !core {
+		return nil
+	}
+	tenant, id := l.TenantID, l.ID
+	base := func(category, field, expected, actual string) finding {
+		f := finding{Category: category, Field: field, Expected: expected, Actual: actual, TenantID: &tenant,
+			PaymentID: &id, Currency: l.Currency, Detail: map[string]any{}}
+		if l.Ref != nil {
+			ref := *l.Ref
+			f.Ref = &ref
+		}
+		return f
+	}
+
+	if l.Status == "pending" {
+		if now.Sub(l.CreatedAt) >= r.stuckAfter {
+			actual := "absent"
+			if len(rows) > 0 {
+				actual = string(rows[len(rows)-1].Status)
+			}
+			f := base(StuckPending, "status", "pending", actual)
+			f.Detail["pending_since"] = l.CreatedAt.UTC()
+			out = append(out, f)
+		}
+		return out
+	}
+	if len(rows) == 0 {
+		if l.Ref != nil {
+			out = append(out, base(MissingAtProvider, "", l.Status, "absent"))
+		}
+		if f, ok := r.lapsed(l, nil, base); ok {
+			out = append(out, f)
+		}
+		return out
+	}
+
+	refs := map[string]bool{}
+	for _, rm := range rows {
+		refs[rm.Ref] = true
+	}
+	if len(rows) > 1 {
+		list := make([]string, 0, len(refs))
+		for ref := range refs {
+			list = append(list, ref)
+		}
+		f := base(DuplicateAtProvider, "", "1", itoa(int64(len(rows))))
+		f.Detail["provider_refs"] = list
+		out = append(out, f)
+	}
+	rm := rows[len(rows)-1] // the latest state
+	if rm.Currency != l.Currency {
+		out = append(out, base(CurrencyMismatch, "currency", l.Currency, rm.Currency))
+	}
+	for _, a := range []struct {
+		field          string
+		ours, provider int64
+	}{{"authorized", l.Amount, rm.Amount}, {"captured", l.Captured, rm.Captured}, {"refunded", l.Refunded, rm.Refunded}} {
+		if a.ours == a.provider {
+			continue
+		}
+		f := base(AmountMismatch, a.field, itoa(a.ours), itoa(a.provider))
+		d := a.provider - a.ours
+		f.Difference = &d
+		f.Detail["direction"] = map[bool]string{true: "over", false: "under"}[d > 0]
+		out = append(out, f)
+	}
+	if f, ok := r.lapsed(l, &rm, base); ok {
+		out = append(out, f)
+	} else if want := expectedStatus[l.Status]; want != providers.Status(rm.Status) {
+		out = append(out, base(StatusMismatch, "status", string(want), rm.Status))
+	}
+	return out
+}
+
+// lapsed reports a hold that expired uncaptured: we still hold it as
+// authorized past its capture_before, or the provider says it expired.
+func (r *Reconciler) lapsed(l *local, rm *remote, base func(category, field, expected, actual string) finding) (finding, bool) {
+	if l.Status != "authorized" {
+		return finding{}, false
+	}
+	providerExpired := rm != nil && rm.Status == string(providers.StatusExpired)
+	ourExpired := l.CaptureBefore != nil && !r.now().Before(*l.CaptureBefore)
+	if !providerExpired && !ourExpired {
+		return finding{}, false
+	}
+	actual := "expired"
+	if rm != nil {
+		actual = rm.Status
+	}
+	f := base(HoldExpiredUncaptured, "status", "captured or canceled before capture_before", actual)
+	if l.CaptureBefore != nil {
+		f.Detail["capture_before"] = l.CaptureBefore.UTC()
+	}
+	return f, true
+}
+
+// stats accumulates counts and per-currency totals of the core window.
+type stats struct {
+	from, to                           time.Time
+	localCount, providerCount, matched int64
+	totals                             map[string]map[string]*Totals
+}
+
+func newStats(from, to time.Time) *stats {
+	return &stats{from: from, to: to, totals: map[string]map[string]*Totals{"local": {}, "provider": {}}}
+}
+
+func (s *stats) add(side, currency string, amount, captured, refunded int64) {
+	t := s.totals[side][currency]
+	if t == nil {
+		t = &Totals{}
+		s.totals[side][currency] = t
+	}
+	t.Count++
+	t.Authorized += amount
+	t.Captured += captured
+	t.Refunded += refunded
+}
+
+func (s *stats) count(l *local, rows []remote) {
+	if l != nil && (inWindow(l.CreatedAt, s.from, s.to) || inWindow(l.UpdatedAt, s.from, s.to)) {
+		s.localCount++
+		s.add("local", l.Currency, l.Amount, l.Captured, l.Refunded)
+		if len(rows) > 0 {
+			s.matched++
+		}
+	}
+	for _, rm := range rows {
+		if inWindow(rm.CreatedAt, s.from, s.to) || inWindow(rm.UpdatedAt, s.from, s.to) {
+			s.providerCount++
+			s.add("provider", rm.Currency, rm.Amount, rm.Captured, rm.Refunded)
+		}
+	}
+}
+
+// findingWriter stores findings in batches with COPY.
+type findingWriter struct {
+	r          *Reconciler
+	runID      int64
+	batch      [][]any
+	total      int64
+	byCategory map[string]int64
+	seen       map[string]bool
+}
+
+func newFindingWriter(r *Reconciler, runID int64) *findingWriter {
+	return &findingWriter{r: r, runID: runID, byCategory: map[string]int64{}, seen: map[string]bool{}}
+}
+
+const findingBatch = 5000
+
+func (w *findingWriter) add(ctx context.Context, f finding) error {
+	fp := f.fingerprint()
+	if w.seen[fp] {
+		return nil // one finding per fingerprint (a reference copied many times)
+	}
+	w.seen[fp] = true
+	if f.Detail == nil {
+		f.Detail = map[string]any{}
+	}
+	w.batch = append(w.batch, []any{w.runID, f.Category, fp, f.TenantID, f.PaymentID, f.Ref, f.Field, f.Expected,
+		f.Actual, f.Currency, f.Difference, f.Detail, w.r.now()})
+	w.total++
+	w.byCategory[f.Category]++
+	if len(w.batch) >= findingBatch {
+		return w.flush(ctx)
+	}
+	return nil
+}
+
+func (w *findingWriter) flush(ctx context.Context) error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	_, err := w.r.pool.CopyFrom(ctx, pgx.Identifier{"reconciliation_discrepancies"},
+		[]string{"run_id", "category", "fingerprint", "tenant_id", "payment_id", "provider_ref", "field", "expected",
+			"actual", "currency", "difference_minor", "detail", "created_at"}, pgx.CopyFromRows(w.batch))
+	w.batch = w.batch[:0]
+	if err != nil {
+		return fmt.Errorf("store discrepancies: %w", err)
+	}
+	return nil
+}
+
+// carryOver compares the run with the previous version of (provider,
+// date): discrepancies seen before are still_open (and keep their
+// resolution), the rest are new, and those no longer found are gone.
+func carryOver(ctx context.Context, tx pgx.Tx, run Run) (Diff, error) {
+	var diff Diff
+	var prev int64
+	err := tx.QueryRow(ctx, `SELECT id FROM reconciliation_runs
+		WHERE provider = $1 AND business_date = $2::date AND version < $3 AND status = 'succeeded'
+		ORDER BY version DESC LIMIT 1`, run.Provider, run.BusinessDate, run.Version).Scan(&prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = tx.QueryRow(ctx, `SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1`, run.ID).Scan(&diff.New)
+		return diff, err
+	}
+	if err != nil {
+		return diff, err
+	}
+	diff.PreviousRunID = &prev
+	tag, err := tx.Exec(ctx, `
+		UPDATE reconciliation_discrepancies d SET change = 'still_open',
+			resolved_at = p.resolved_at, resolved_by = p.resolved_by, resolution_note = p.resolution_note
+		FROM reconciliation_discrepancies p
+		WHERE d.run_id = $1 AND p.run_id = $2 AND p.fingerprint = d.fingerprint`, run.ID, prev)
+	if err != nil {
+		return diff, err
+	}
+	diff.StillOpen = tag.RowsAffected()
+	err = tx.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1 AND change = 'new'),
+		       (SELECT count(*) FROM reconciliation_discrepancies p WHERE p.run_id = $2
+		          AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies d WHERE d.run_id = $1 AND d.fingerprint = p.fingerprint))`,
+		run.ID, prev).Scan(&diff.New, &diff.Gone)
+	return diff, err
+}

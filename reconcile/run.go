@@ -1,0 +1,326 @@
+// Package reconcile is finance's view of the truth: a daily job per
+// provider that reads the provider's record of a business day (widened by a
+// grace window around midnight), matches it against the payments table, and
+// records a versioned run with counts, amount totals and one discrepancy per
+// finding. A re-run of the same (provider, date) is a new version that says
+// what changed against the previous one. The schedule (robfig/cron) fires on
+// every instance; the runs table lets exactly one of them run each day.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
+)
+
+// Config wires a Reconciler.
+type Config struct {
+	Pool      *pgxpool.Pool
+	Providers map[string]providers.Provider
+	// Location is the time zone business days are cut in. Defaults to UTC.
+	Location *time.Location
+	// Grace widens the window read from the provider on both sides, so an
+	// item stamped a little differently on each side of midnight is
+	// compared, not reported missing. Defaults to 2h.
+	Grace time.Duration
+	// StuckAfter is how long a payment may stay pending before it is a
+	// stuck_pending discrepancy. Defaults to 1h.
+	StuckAfter time.Duration
+	Clock      func() time.Time
+	Logger     *slog.Logger
+}
+
+// Reconciler runs reconciliations and answers finance's questions about
+// them.
+type Reconciler struct {
+	pool       *pgxpool.Pool
+	providers  map[string]providers.Provider
+	loc        *time.Location
+	grace      time.Duration
+	stuckAfter time.Duration
+	now        func() time.Time
+	logger     *slog.Logger
+}
+
+// New returns a Reconciler.
+func New(cfg Config) *Reconciler {
+	r := &Reconciler{pool: cfg.Pool, providers: cfg.Providers, loc: cfg.Location, grace: cfg.Grace,
+		stuckAfter: cfg.StuckAfter, now: cfg.Clock, logger: cfg.Logger}
+	if r.loc == nil {
+		r.loc = time.UTC
+	}
+	if r.grace == 0 {
+		r.grace = 2 * time.Hour
+	}
+	if r.stuckAfter == 0 {
+		r.stuckAfter = time.Hour
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.logger == nil {
+		r.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return r
+}
+
+// Triggers of a run.
+const (
+	TriggerSchedule = "schedule"
+	TriggerAPI      = "api"
+	TriggerCLI      = "cli"
+)
+
+// Run is one version of the reconciliation of (provider, business date).
+type Run struct {
+	ID               int64                         `json:"id"`
+	Object           string                        `json:"object"`
+	Provider         string                        `json:"provider"`
+	BusinessDate     string                        `json:"business_date"`
+	Version          int                           `json:"version"`
+	Trigger          string                        `json:"trigger"`
+	Status           string                        `json:"status"`
+	TimeZone         string                        `json:"time_zone"`
+	WindowStart      time.Time                     `json:"window_start"`
+	WindowEnd        time.Time                     `json:"window_end"`
+	GraceSeconds     int                           `json:"grace_seconds"`
+	RequestedBy      string                        `json:"requested_by"`
+	StartedAt        time.Time                     `json:"started_at"`
+	FinishedAt       *time.Time                    `json:"finished_at"`
+	LocalCount       int64                         `json:"local_count"`
+	ProviderCount    int64                         `json:"provider_count"`
+	MatchedCount     int64                         `json:"matched_count"`
+	DiscrepancyCount int64                         `json:"discrepancy_count"`
+	Totals           map[string]map[string]*Totals `json:"totals"`
+	CategoryCounts   map[string]int64              `json:"category_counts"`
+	Diff             Diff                          `json:"diff"`
+	Error            *string                       `json:"error"`
+	leaseUntil       *time.Time
+}
+
+// Totals are the amounts of one side of a run in one currency, in minor
+// units.
+type Totals struct {
+	Count      int64 `json:"count"`
+	Authorized int64 `json:"authorized_minor"`
+	Captured   int64 `json:"captured_minor"`
+	Refunded   int64 `json:"refunded_minor"`
+}
+
+// Diff says what changed against the previous version of the run.
+type Diff struct {
+	PreviousRunID *int64 `json:"previous_run_id"`
+	New           int64  `json:"new"`
+	StillOpen     int64  `json:"still_open"`
+	Gone          int64  `json:"gone"`
+}
+
+const runCols = `id, provider, business_date::text, version, trigger, status, time_zone, window_start, window_end,
+	grace_seconds, requested_by, started_at, finished_at, local_count, provider_count, matched_count,
+	discrepancy_count, totals, category_counts, diff, error, lease_until`
+
+func scanRun(row pgx.CollectableRow) (Run, error) {
+	var r Run
+	err := row.Scan(&r.ID, &r.Provider, &r.BusinessDate, &r.Version, &r.Trigger, &r.Status, &r.TimeZone,
+		&r.WindowStart, &r.WindowEnd, &r.GraceSeconds, &r.RequestedBy, &r.StartedAt, &r.FinishedAt, &r.LocalCount,
+		&r.ProviderCount, &r.MatchedCount, &r.DiscrepancyCount, &r.Totals, &r.CategoryCounts, &r.Diff, &r.Error, &r.leaseUntil)
+	r.Object = "reconciliation_run"
+	r.WindowStart, r.WindowEnd, r.StartedAt = r.WindowStart.UTC(), r.WindowEnd.UTC(), r.StartedAt.UTC()
+	if r.FinishedAt != nil {
+		t := r.FinishedAt.UTC()
+		r.FinishedAt = &t
+	}
+	if r.Totals == nil {
+		r.Totals = map[string]map[string]*Totals{}
+	}
+	if r.CategoryCounts == nil {
+		r.CategoryCounts = map[string]int64{}
+	}
+	return r, err
+}
+
+// ErrAlreadyScheduled is returned by Begin for a scheduled run of a day
+// that another instance (or an earlier firing) already started.
+var ErrAlreadyScheduled = errors.New("reconcile: the scheduled run of this day already exists")
+
+// ParseDate parses a business date (YYYY-MM-DD). Errors: validation_failed.
+func ParseDate(s string) (time.Time, error) {
+	d, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		return time.Time{}, orchestrator.ParamError("date", "date must be YYYY-MM-DD")
+	}
+	return d, nil
+}
+
+// Yesterday is the business date before now in the reconciler's zone.
+func (r *Reconciler) Yesterday() time.Time {
+	y, m, d := r.now().In(r.loc).AddDate(0, 0, -1).Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// leaseFor is how long a running run is presumed alive without a heartbeat.
+const leaseFor = 2 * time.Minute
+
+// Begin records a new version of the run of (provider, date) as running
+// and returns it; Execute does the work. Errors: validation_failed (unknown
+// provider, date in the future), ErrAlreadyScheduled (trigger schedule).
+func (r *Reconciler) Begin(ctx context.Context, provider string, date time.Time, trigger, requestedBy string) (Run, error) {
+	if _, ok := r.providers[provider]; !ok {
+		return Run{}, orchestrator.ParamError("provider", "provider %q is not configured", provider)
+	}
+	y, m, d := date.Date()
+	start := time.Date(y, m, d, 0, 0, 0, 0, r.loc)
+	end := start.AddDate(0, 0, 1)
+	now := r.now()
+	if !start.Before(now) {
+		return Run{}, orchestrator.ParamError("date", "%s has not begun yet in %s", date.Format(time.DateOnly), r.loc)
+	}
+	var run Run
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		// Versions of one (provider, date) are numbered under a lock.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
+			"reconcile:"+provider+":"+date.Format(time.DateOnly)); err != nil {
+			return err
+		}
+		q := `INSERT INTO reconciliation_runs (provider, business_date, version, trigger, time_zone, window_start,
+				window_end, grace_seconds, requested_by, started_at, lease_until)
+			SELECT $1, $2::date, coalesce(max(version), 0) + 1, $3, $4, $5, $6, $7, $8, $9, $10
+			FROM reconciliation_runs WHERE provider = $1 AND business_date = $2::date
+			ON CONFLICT DO NOTHING
+			RETURNING ` + runCols
+		rows, _ := tx.Query(ctx, q, provider, date.Format(time.DateOnly), trigger, r.loc.String(), start, end,
+			int(r.grace/time.Second), requestedBy, now, now.Add(leaseFor))
+		var err error
+		run, err = pgx.CollectExactlyOneRow(rows, scanRun)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrAlreadyScheduled
+		}
+		return err
+	})
+	if errors.Is(err, ErrAlreadyScheduled) {
+		return Run{}, err
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("reconcile: begin: %w", err)
+	}
+	return run, nil
+}
+
+// Reconcile begins and executes a run in the caller's goroutine and
+// returns it finished (succeeded or failed).
+func (r *Reconciler) Reconcile(ctx context.Context, provider string, date time.Time, trigger, requestedBy string) (Run, error) {
+	run, err := r.Begin(ctx, provider, date, trigger, requestedBy)
+	if err != nil {
+		return Run{}, err
+	}
+	return r.Execute(ctx, run)
+}
+
+// Execute does a begun run and records its outcome; a failure is recorded
+// on the run (status failed) as well as returned.
+func (r *Reconciler) Execute(ctx context.Context, run Run) (Run, error) {
+	logger := r.logger.With("run_id", run.ID, "provider", run.Provider, "business_date", run.BusinessDate, "version", run.Version)
+	start := time.Now()
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	go r.heartbeat(hbCtx, run.ID)
+	res, err := r.match(ctx, run)
+	stopHeartbeat()
+	if err != nil {
+		logger.ErrorContext(ctx, "reconciliation failed", "error", err)
+		msg := "reconciliation failed: " + err.Error()
+		var pe *providers.Error
+		if errors.As(err, &pe) {
+			msg = "the provider's record could not be read (" + pe.Kind.String() + ")"
+		}
+		_, uerr := r.pool.Exec(context.WithoutCancel(ctx), `UPDATE reconciliation_runs SET status = 'failed', error = $2,
+			finished_at = $3, lease_until = NULL WHERE id = $1`, run.ID, msg, r.now())
+		_, _ = r.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
+		return Run{}, errors.Join(err, uerr)
+	}
+	logger.InfoContext(ctx, "reconciliation finished", "duration", time.Since(start), "local", res.LocalCount,
+		"provider", res.ProviderCount, "discrepancies", res.DiscrepancyCount)
+	return r.GetRun(ctx, run.ID)
+}
+
+func (r *Reconciler) heartbeat(ctx context.Context, id int64) {
+	t := time.NewTicker(leaseFor / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = r.pool.Exec(ctx, `UPDATE reconciliation_runs SET lease_until = $2 WHERE id = $1 AND status = 'running'`,
+				id, r.now().Add(leaseFor))
+		}
+	}
+}
+
+// GetRun reads one run. A run whose executor died (its lease ran out) reads
+// as failed. Errors: not_found.
+func (r *Reconciler) GetRun(ctx context.Context, id int64) (Run, error) {
+	rows, _ := r.pool.Query(ctx, `SELECT `+runCols+` FROM reconciliation_runs WHERE id = $1`, id)
+	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no reconciliation run %d", id)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("reconcile: get run: %w", err)
+	}
+	return r.abandoned(run), nil
+}
+
+func (r *Reconciler) abandoned(run Run) Run {
+	if run.Status == "running" && run.leaseUntil != nil && run.leaseUntil.Before(r.now()) {
+		run.Status = "failed"
+		msg := "abandoned: the instance running it stopped; re-run it"
+		run.Error = &msg
+	}
+	return run
+}
+
+// RunFilter selects runs, newest first.
+type RunFilter struct {
+	Provider string
+	Date     string
+	Limit    int
+	// StartingAfter is the id of the last run of the previous page.
+	StartingAfter int64
+}
+
+// ListRuns lists runs and whether more follow.
+func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, bool, error) {
+	if f.Limit <= 0 || f.Limit > 100 {
+		f.Limit = 20
+	}
+	q := `SELECT ` + runCols + ` FROM reconciliation_runs
+		WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR business_date = $2::date) AND ($3 = 0 OR id < $3)
+		ORDER BY id DESC LIMIT $4`
+	date := f.Date
+	rows, _ := r.pool.Query(ctx, q, f.Provider, date, f.StartingAfter, f.Limit+1)
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, false, fmt.Errorf("reconcile: list runs: %w", err)
+	}
+	more := len(runs) > f.Limit
+	if more {
+		runs = runs[:f.Limit]
+	}
+	for i := range runs {
+		runs[i] = r.abandoned(runs[i])
+	}
+	return runs, more, nil
+}
+
+// itoa is for fingerprints and CSV.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
