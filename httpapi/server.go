@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -19,11 +20,14 @@ import (
 
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/reconcile"
 )
 
 // Config wires a Server.
 type Config struct {
 	Service *orchestrator.Service
+	// Reconciler serves the finance API.
+	Reconciler *reconcile.Reconciler
 	// Migrator answers /readyz's "are migrations current"; nil skips that
 	// check.
 	Migrator *migrations.Migrator
@@ -49,11 +53,18 @@ const MaxBodyBytes = 64 << 10
 type Server struct {
 	echo     *echo.Echo
 	svc      *orchestrator.Service
+	rec      *reconcile.Reconciler
 	migrator *migrations.Migrator
 	logger   *slog.Logger
 	limiter  *rateLimiter
 	cfg      Config
 	now      func() time.Time
+
+	// Work started by requests that outlives them (reconciliation runs);
+	// Serve cancels and waits for it on shutdown.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // New builds the server and its routes.
@@ -77,11 +88,13 @@ func New(cfg Config) *Server {
 	s := &Server{
 		echo:     e,
 		svc:      cfg.Service,
+		rec:      cfg.Reconciler,
 		migrator: cfg.Migrator,
 		logger:   cfg.Logger,
 		cfg:      cfg,
 		now:      cfg.Clock,
 	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, int(2*cfg.RateLimit), cfg.Clock)
 	}
@@ -122,6 +135,32 @@ func (s *Server) routes() {
 	v1.GET("/payments", s.listPayments, readers)
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
+
+	if s.rec != nil {
+		finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
+		v1.POST("/reconciliation/runs", s.startRun, finance)
+		v1.GET("/reconciliation/runs", s.listRuns, finance)
+		v1.GET("/reconciliation/runs/:id", s.getRun, finance)
+		v1.GET("/reconciliation/runs/:id/discrepancies", s.listDiscrepancies, finance)
+		v1.POST("/reconciliation/discrepancies/:id/resolve", s.resolveDiscrepancy, finance)
+	}
+}
+
+// background runs fn outside the request that started it; Serve cancels
+// its context on shutdown and waits for it.
+func (s *Server) background(fn func(ctx context.Context)) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn(s.bgCtx)
+	}()
+}
+
+// Close cancels background work and waits for it (for servers not run
+// with Serve, e.g. in tests).
+func (s *Server) Close() {
+	s.bgCancel()
+	s.bg.Wait()
 }
 
 // Handler returns the server as an http.Handler.
@@ -155,7 +194,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	s.logger.Info("http server shutting down", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
+	err := hs.Shutdown(sctx)
+	s.bgCancel()
+	s.bg.Wait()
+	if err != nil {
 		return err
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {

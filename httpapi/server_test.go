@@ -22,6 +22,7 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/reconcile"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -81,7 +82,9 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	}
 	t.Cleanup(func() { mig.Close() })
 	cfg.Service, cfg.Migrator, cfg.Logger = svc, mig, logger
+	cfg.Reconciler = reconcile.New(reconcile.Config{Pool: pool, Providers: sc.Providers, Logger: logger})
 	srv := httpapi.New(cfg)
+	t.Cleanup(srv.Close)
 	e := &env{fake: fc, srv: srv, svc: svc, logs: logs, keys: map[orchestrator.Role]string{}}
 	// Test-only routes behind the same middleware as the real ones.
 	srv.Echo().POST("/test/echo", func(c echo.Context) error {

@@ -60,6 +60,15 @@ type config struct {
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
 	// idempotency keys are purged; 0 turns the sweeper off.
 	SweepInterval time.Duration
+	// ReconcileSchedule (PAYORCH_RECONCILE_SCHEDULE) is the cron spec of the
+	// daily reconciliation of yesterday; "off" disables it.
+	ReconcileSchedule string
+	// ReconcileTZ (PAYORCH_RECONCILE_TZ) is the IANA time zone business
+	// days are cut in.
+	ReconcileTZ string
+	// ReconcileGrace (PAYORCH_RECONCILE_GRACE) widens the provider window
+	// around midnight.
+	ReconcileGrace time.Duration
 }
 
 func defaultConfig() config {
@@ -80,6 +89,10 @@ func defaultConfig() config {
 		ResolverInterval: 30 * time.Second,
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
+
+		ReconcileSchedule: "0 3 * * *",
+		ReconcileTZ:       "UTC",
+		ReconcileGrace:    2 * time.Hour,
 	}
 }
 
@@ -141,6 +154,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	str("PAYORCH_FAKE_URL", &c.FakeURL)
+	str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
+	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
+	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
 	str("PAYORCH_DEFAULT_PROVIDER", &c.DefaultProvider)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
@@ -173,6 +189,12 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
 	case c.DefaultProvider != "fake":
 		return fmt.Errorf("PAYORCH_DEFAULT_PROVIDER: %q is not configured (available: fake)", c.DefaultProvider)
+	}
+	if _, err := time.LoadLocation(c.ReconcileTZ); err != nil {
+		return fmt.Errorf("PAYORCH_RECONCILE_TZ: %q is not an IANA time zone", c.ReconcileTZ)
+	}
+	if c.ReconcileGrace < 0 || c.ReconcileGrace > 12*time.Hour {
+		return errors.New("PAYORCH_RECONCILE_GRACE: must be between 0 and 12h")
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

@@ -36,6 +36,11 @@ Usage:
   payorch apikeys create --role ROLE [--tenant N] [--description D] [--json]
   payorch apikeys list [--tenant N] [--json]
   payorch apikeys revoke KEY_ID [--json]
+  payorch reconcile [--provider P] [--date YYYY-MM-DD] [--json]
+                                                   reconcile one business day now
+  payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
+  payorch fakeprovider [--listen ADDR] [--hold-lifetime D]
+                                                   run the fake provider standalone
   payorch version
 
 Configuration comes from environment variables (see README); flags win.
@@ -80,6 +85,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return cmdTenants(ctx, cfg, rest, stdout)
 	case "apikeys":
 		return cmdAPIKeys(ctx, cfg, rest, stdout)
+	case "reconcile":
+		return cmdReconcile(ctx, cfg, rest, stdout)
 	case "resolve":
 		return cmdResolve(ctx, cfg, rest, stdout)
 	case "fakeprovider":

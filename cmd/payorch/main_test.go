@@ -270,3 +270,36 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReconcileCommand(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, pgtest.URL(t))
+	srv := startServe(t, w.env(nil))
+	if a := authorize(srv.base, w.key, "cli-rec-1", `{"amount_minor":700,"currency":"EUR"}`); a.status != 201 {
+		t.Fatalf("authorize: %d %s", a.status, a.body)
+	}
+	env := w.env(map[string]string{"PAYORCH_LOG_LEVEL": "error"})
+	today := time.Now().UTC().Format(time.DateOnly)
+	out, err := cli(t, env, "reconcile", "--provider", "fake", "--date", today, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run struct {
+		Status           string `json:"status"`
+		Trigger          string `json:"trigger"`
+		LocalCount       int64  `json:"local_count"`
+		MatchedCount     int64  `json:"matched_count"`
+		DiscrepancyCount int64  `json:"discrepancy_count"`
+	}
+	if err := json.Unmarshal([]byte(out), &run); err != nil || run.Status != "succeeded" || run.Trigger != "cli" ||
+		run.LocalCount != 1 || run.MatchedCount != 1 || run.DiscrepancyCount != 0 {
+		t.Fatalf("reconcile --json printed %s (%v)", out, err)
+	}
+	out, err = cli(t, env, "reconcile", "--provider", "fake", "--date", today)
+	if err != nil || !strings.Contains(out, "version 2 succeeded") {
+		t.Fatalf("second run: %q %v", out, err)
+	}
+	if _, err := cli(t, env, "reconcile", "--provider", "fake", "--date", "yesterday"); err == nil || !strings.Contains(err.Error(), "YYYY-MM-DD") {
+		t.Fatalf("bad date: %v", err)
+	}
+}

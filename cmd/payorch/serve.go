@@ -16,6 +16,7 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/reconcile"
 )
 
 func cmdServe(ctx context.Context, cfg config, args []string) error {
@@ -100,7 +101,18 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		}
 	}()
 
+	rec := newReconciler(cfg, pool, logger, provs)
+	if cfg.ReconcileSchedule != "off" {
+		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
+		if err != nil {
+			return fmt.Errorf("PAYORCH_RECONCILE_SCHEDULE: %w", err)
+		}
+		sched.Start(context.WithoutCancel(ctx))
+		defer sched.Stop()
+	}
+
 	srv := httpapi.New(httpapi.Config{
+		Reconciler:       rec,
 		Service:          svc,
 		Migrator:         m,
 		Logger:           logger,
@@ -171,4 +183,57 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 		return usageError{err.Error()}
 	}
 	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg)})
+}
+
+func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider) *reconcile.Reconciler {
+	loc, _ := time.LoadLocation(cfg.ReconcileTZ) // validated
+	return reconcile.New(reconcile.Config{Pool: pool, Providers: provs, Location: loc, Grace: cfg.ReconcileGrace,
+		Logger: logger, StuckAfter: max(cfg.ResolverMinAge*10, time.Hour)})
+}
+
+func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	fs := newFlagSet("reconcile")
+	provider := fs.String("provider", cfg.DefaultProvider, "provider to reconcile")
+	date := fs.String("date", "", "business date YYYY-MM-DD (default: yesterday)")
+	asJSON := fs.Bool("json", false, "print the run as JSON")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	logger := newLogger(cfg)
+	if cfg.FakeURL == "" && *provider == "fake" {
+		return errors.New("reconcile: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
+	}
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	provs, stop, err := startProviders(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stop(context.Background())
+	rec := newReconciler(cfg, pool, logger, provs)
+	day := rec.Yesterday()
+	if *date != "" {
+		if day, err = reconcile.ParseDate(*date); err != nil {
+			return cliError(err)
+		}
+	}
+	run, err := rec.Reconcile(ctx, *provider, day, reconcile.TriggerCLI, "cli")
+	if err != nil {
+		return cliError(err)
+	}
+	if *asJSON {
+		return printJSON(stdout, run)
+	}
+	fmt.Fprintf(stdout, "run %d: %s %s version %d %s: local %d, provider %d, matched %d, discrepancies %d (new %d, still open %d, gone %d)\n",
+		run.ID, run.Provider, run.BusinessDate, run.Version, run.Status, run.LocalCount, run.ProviderCount, run.MatchedCount,
+		run.DiscrepancyCount, run.Diff.New, run.Diff.StillOpen, run.Diff.Gone)
+	for _, c := range reconcile.Categories {
+		if n := run.CategoryCounts[c]; n > 0 {
+			fmt.Fprintf(stdout, "  %-24s %d\n", c, n)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,222 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/reconcile"
+)
+
+// Operations of the finance API, for the idempotency protocol.
+const (
+	opStartRun = "POST /v1/reconciliation/runs"
+	opResolve  = "POST /v1/reconciliation/discrepancies/{id}/resolve"
+)
+
+// runTimeout bounds one reconciliation started over the API.
+const runTimeout = 30 * time.Minute
+
+type startRunRequest struct {
+	Provider string `json:"provider"`
+	Date     string `json:"date"`
+}
+
+type resolveRequest struct {
+	Note string `json:"note"`
+}
+
+func runLocation(id int64) string { return "/v1/reconciliation/runs/" + strconv.FormatInt(id, 10) }
+
+// startRun: POST /v1/reconciliation/runs (finance, admin). The run is
+// recorded at once and executed in the background: 202 with the run and
+// its Location, to poll until its status is succeeded or failed.
+func (s *Server) startRun(c echo.Context) error {
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req startRunRequest
+	if err := decodeStrict(raw, &req); err != nil {
+		return err
+	}
+	if req.Provider == "" {
+		return orchestrator.ParamError("provider", "provider is required")
+	}
+	date, err := reconcile.ParseDate(req.Date)
+	if err != nil {
+		return err
+	}
+	fp, err := fingerprint(opStartRun, nil, raw)
+	if err != nil {
+		return err
+	}
+	p := principal(c)
+	return s.idempotent(c, opStartRun, key, fp, func(ctx context.Context, _ *orchestrator.Claim) (result, error) {
+		run, err := s.rec.Begin(ctx, req.Provider, date, reconcile.TriggerAPI, p.KeyID)
+		if err != nil {
+			return result{}, err
+		}
+		s.background(func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, runTimeout)
+			defer cancel()
+			_, _ = s.rec.Execute(ctx, run) // the outcome is recorded on the run
+		})
+		return result{status: http.StatusAccepted, body: run, location: runLocation(run.ID)}, nil
+	})
+}
+
+// listRuns: GET /v1/reconciliation/runs.
+func (s *Server) listRuns(c echo.Context) error {
+	q := c.QueryParams()
+	f := reconcile.RunFilter{Provider: q.Get("provider")}
+	if v := q.Get("date"); v != "" {
+		if _, err := reconcile.ParseDate(v); err != nil {
+			return err
+		}
+		f.Date = v
+	}
+	var err error
+	if f.Limit, err = intParam(q.Get("limit"), "limit", 1, 100); err != nil {
+		return err
+	}
+	after, err := intParam(q.Get("starting_after"), "starting_after", 1, 1<<62)
+	if err != nil {
+		return err
+	}
+	f.StartingAfter = int64(after)
+	runs, more, err := s.rec.ListRuns(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(runs, more))
+}
+
+// getRun: GET /v1/reconciliation/runs/{id}.
+func (s *Server) getRun(c echo.Context) error {
+	id, err := idParam(c, "reconciliation run")
+	if err != nil {
+		return err
+	}
+	run, err := s.rec.GetRun(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, run)
+}
+
+// listDiscrepancies: GET /v1/reconciliation/runs/{id}/discrepancies, as
+// JSON pages or, with Accept: text/csv, the whole selection streamed.
+func (s *Server) listDiscrepancies(c echo.Context) error {
+	id, err := idParam(c, "reconciliation run")
+	if err != nil {
+		return err
+	}
+	q := c.QueryParams()
+	f := reconcile.DiscrepancyFilter{RunID: id, Category: q.Get("type"), State: q.Get("status"), Change: q.Get("change")}
+	if f.Limit, err = intParam(q.Get("limit"), "limit", 1, 1000); err != nil {
+		return err
+	}
+	after, err := intParam(q.Get("starting_after"), "starting_after", 1, 1<<62)
+	if err != nil {
+		return err
+	}
+	f.StartingAfter = int64(after)
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if wantsCSV(c.Request().Header.Get(echo.HeaderAccept)) {
+		run, err := s.rec.GetRun(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		h := c.Response().Header()
+		h.Set(echo.HeaderContentType, "text/csv; charset=utf-8")
+		h.Set("Content-Disposition", `attachment; filename="reconciliation-`+run.Provider+"-"+run.BusinessDate+"-v"+strconv.Itoa(run.Version)+`.csv"`)
+		c.Response().WriteHeader(http.StatusOK)
+		if err := s.rec.WriteCSV(c.Request().Context(), c.Response(), f); err != nil {
+			// Headers are gone: cut the stream so the client sees it broke.
+			s.logger.ErrorContext(c.Request().Context(), "csv export failed midway", "error", err)
+			panic(http.ErrAbortHandler)
+		}
+		return nil
+	}
+	ds, more, err := s.rec.ListDiscrepancies(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(ds, more))
+}
+
+func wantsCSV(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(mt), "text/csv") {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveDiscrepancy: POST /v1/reconciliation/discrepancies/{id}/resolve.
+func (s *Server) resolveDiscrepancy(c echo.Context) error {
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
+	id, err := idParam(c, "discrepancy")
+	if err != nil {
+		return err
+	}
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req resolveRequest
+	if err := decodeStrict(raw, &req); err != nil {
+		return err
+	}
+	req.Note = strings.TrimSpace(req.Note)
+	if req.Note == "" || len(req.Note) > 2000 {
+		return orchestrator.ParamError("note", "note must be 1 to 2000 characters")
+	}
+	fp, err := fingerprint(opResolve, map[string]string{"id": c.Param("id")}, raw)
+	if err != nil {
+		return err
+	}
+	p := principal(c)
+	return s.idempotent(c, opResolve, key, fp, func(ctx context.Context, _ *orchestrator.Claim) (result, error) {
+		d, err := s.rec.Resolve(ctx, id, req.Note, p.KeyID)
+		return result{status: http.StatusOK, body: d}, err
+	})
+}
+
+func idParam(c echo.Context, what string) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, orchestrator.Errorf(orchestrator.CodeNotFound, "no %s %q", what, c.Param("id"))
+	}
+	return id, nil
+}
+
+// intParam parses an optional integer query parameter within [lo, hi];
+// absent is 0.
+func intParam(v, name string, lo, hi int) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, orchestrator.ParamError(name, "%s must be a whole number from %d to %d", name, lo, hi)
+	}
+	return n, nil
+}
