@@ -81,9 +81,17 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	from, to := run.WindowStart, run.WindowEnd
 	gfrom, gto := from.Add(-grace), to.Add(grace)
 
+	phases := map[string]time.Duration{}
+	mark := time.Now()
+	phase := func(name string) {
+		now := time.Now()
+		phases[name] = now.Sub(mark)
+		mark = now
+	}
 	if _, err := r.stage(ctx, prov, run.ID, gfrom, gto); err != nil {
 		return result{}, err
 	}
+	phase("stage")
 	// Match by the provider's reference, then by our payment id in its
 	// metadata for rows whose reference we never saw.
 	if _, err := r.pool.Exec(ctx, `
@@ -99,6 +107,7 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 			AND p.provider = $2`, run.ID, run.Provider); err != nil {
 		return result{}, fmt.Errorf("match by payment id: %w", err)
 	}
+	phase("match")
 
 	q := `
 		WITH s AS (
@@ -198,6 +207,7 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	if err := w.flush(ctx); err != nil {
 		return result{}, err
 	}
+	phase("pair_and_judge")
 
 	res := result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
@@ -219,6 +229,12 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	if err != nil {
 		return result{}, fmt.Errorf("finish run: %w", err)
 	}
+	phase("finish")
+	attrs := []any{"run_id", run.ID}
+	for _, name := range []string{"stage", "match", "pair_and_judge", "finish"} {
+		attrs = append(attrs, name+"_s", phases[name].Seconds())
+	}
+	r.logger.InfoContext(ctx, "reconciliation phases", attrs...)
 	return res, nil
 }
 

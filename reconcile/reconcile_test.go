@@ -51,7 +51,7 @@ type env struct {
 	n      int
 }
 
-func newEnv(t *testing.T, fcfg fake.Config) *env {
+func newEnv(t testing.TB, fcfg fake.Config) *env {
 	t.Helper()
 	clk := &clock{t: dayStart.Add(10 * time.Hour)}
 	if fcfg.Clock == nil {
@@ -62,7 +62,15 @@ func newEnv(t *testing.T, fcfg fake.Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
-	fc := fr.Client(&http.Client{})
+	e := newEnvWith(t, clk, fr.Client(&http.Client{}))
+	e.fs = fr.Server()
+	return e
+}
+
+// newEnvWith wires an env around a fake provider client (one running in
+// another process, for instance).
+func newEnvWith(t testing.TB, clk *clock, fc *fake.Client) *env {
+	t.Helper()
 	pool := pgtest.DB(t)
 	provs := map[string]providers.Provider{"fake": fc}
 	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Clock: clk.Now, Providers: provs, DefaultProvider: "fake",
@@ -72,7 +80,7 @@ func newEnv(t *testing.T, fcfg fake.Config) *env {
 		t.Fatal(err)
 	}
 	rec := reconcile.New(reconcile.Config{Pool: pool, Providers: provs, Clock: clk.Now})
-	return &env{clk: clk, svc: svc, rec: rec, fc: fc, fs: fr.Server(), tenant: tenant.ID}
+	return &env{clk: clk, svc: svc, rec: rec, fc: fc, tenant: tenant.ID}
 }
 
 // pay authorizes amount under a fresh key and applies ops ("capture:N",
@@ -452,7 +460,8 @@ func seedDay(t testing.TB, e *env, n int) {
 	ctx := context.Background()
 	ref := func(i int) string { return fmt.Sprintf("fh_seed%08d", i) }
 	id := func(i int) string { return orchestrator.PaymentID(e.tenant, fmt.Sprintf("seed-%d", i)) }
-	at := func(i int) time.Time { return dayStart.Add(time.Duration(i) * (24 * time.Hour) / time.Duration(n+1)) }
+	step := 24 * time.Hour / time.Duration(n+1)
+	at := func(i int) time.Time { return dayStart.Add(step * time.Duration(i+1)) }
 	_, err := e.svc.Pool().CopyFrom(ctx, pgx.Identifier{"payments"},
 		[]string{"tenant_id", "id", "idempotency_key", "request_hash", "field_hashes", "status", "amount_minor", "currency",
 			"captured_minor", "provider", "provider_ref", "payment_method", "created_at", "updated_at"},

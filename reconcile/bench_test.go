@@ -1,0 +1,196 @@
+package reconcile_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/reconcile"
+)
+
+// BenchmarkReconcileDay reconciles one day of 1,000,000 captured payments
+// against the fake provider's report of the same day, streamed over
+// loopback HTTP from `payorch fakeprovider` running as its own process (so
+// its million holds do not count against the reconciler). It reports the
+// run's wall time, the peak resident memory of this process during the run
+// (VmHWM, reset before the run) and the peak growth of the Go heap.
+func BenchmarkReconcileDay(b *testing.B) {
+	const n = 1_000_000
+	clk := &clock{t: dayStart.Add(10 * time.Hour)}
+	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}))
+	phases := &phaseRecorder{}
+	e.rec = reconcile.New(reconcile.Config{Pool: e.svc.Pool(), Providers: map[string]providers.Provider{"fake": e.fc},
+		Clock: clk.Now, Logger: slog.New(phases)})
+	seedDay(b, e, n)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		resetPeakRSS(b)
+		peak := watchHeap()
+		start := time.Now()
+		run, err := e.rec.Reconcile(ctx, "fake", day, reconcile.TriggerCLI, "bench")
+		elapsed := time.Since(start)
+		growth := peak()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if run.LocalCount != n || run.MatchedCount != n || run.DiscrepancyCount != 1 {
+			b.Fatalf("run %+v", run)
+		}
+		b.ReportMetric(elapsed.Seconds(), "s/run")
+		b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak_rss_MiB")
+		b.ReportMetric(float64(growth)/(1<<20), "peak_heap_growth_MiB")
+		b.ReportMetric(float64(n)/elapsed.Seconds(), "payments/s")
+		for name, v := range phases.last() {
+			b.ReportMetric(v, name)
+		}
+	}
+}
+
+// phaseRecorder is a slog handler keeping the attributes of the last
+// "reconciliation phases" record.
+type phaseRecorder struct {
+	mu     sync.Mutex
+	phases map[string]float64
+}
+
+func (p *phaseRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (p *phaseRecorder) WithAttrs([]slog.Attr) slog.Handler       { return p }
+func (p *phaseRecorder) WithGroup(string) slog.Handler            { return p }
+func (p *phaseRecorder) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "reconciliation phases" {
+		return nil
+	}
+	m := map[string]float64{}
+	r.Attrs(func(a slog.Attr) bool {
+		if strings.HasSuffix(a.Key, "_s") {
+			m[a.Key] = a.Value.Float64()
+		}
+		return true
+	})
+	p.mu.Lock()
+	p.phases = m
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *phaseRecorder) last() map[string]float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.phases
+}
+
+// startFakeProcess builds payorch and runs `payorch fakeprovider` on a
+// loopback port; it returns the base URL.
+func startFakeProcess(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "payorch")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/payorch").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "fakeprovider", "--listen", addr)
+	cmd.Env = []string{"PAYORCH_LOG_LEVEL=error", "PATH=" + os.Getenv("PATH")}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	url := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if res, err := http.Get(url + "/healthz"); err == nil {
+			res.Body.Close()
+			return url
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("fake provider did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// resetPeakRSS resets this process's VmHWM (Linux).
+func resetPeakRSS(b *testing.B) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatalf("reset peak RSS: %v", err)
+	}
+}
+
+// peakRSS reads this process's VmHWM in bytes (Linux).
+func peakRSS(b *testing.B) uint64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
+
+// watchHeap samples the live heap every 10ms until the returned function
+// is called, which returns the peak growth over the starting value.
+func watchHeap() func() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	base := read()
+	var (
+		mu   sync.Mutex
+		max  = base
+		stop = make(chan struct{})
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v := read(); v > max {
+					mu.Lock()
+					max = v
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if max < base {
+			return 0
+		}
+		return max - base
+	}
+}
