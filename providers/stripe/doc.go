@@ -1,0 +1,91 @@
+// Package stripe is the providers.Provider for Stripe, on stripe-go v76
+// (API version 2023-10-16); it is the only package that imports stripe-go.
+//
+// A hold is a PaymentIntent for cards with capture_method=manual, created
+// first and confirmed second: its id reaches the orchestrator (through
+// AuthorizeRequest.OnReference) before any money is held, so a lost
+// confirmation answer is settled by one retrieve. Captures use
+// amount_to_capture (Stripe releases the rest), cancels void the hold,
+// refunds are POST /v1/refunds against the PaymentIntent, and a hold's
+// capture_before is read from its charge (latest_charge expanded,
+// payment_method_details.card.capture_before). The PaymentIntent's
+// metadata carries payment_id and tenant_id.
+//
+// # Idempotency
+//
+// Every write carries the forwarded key the orchestrator derived
+// (providers.ForwardedKey), set explicitly: stripe-go would otherwise invent
+// a random key per call, and a retry would place a second hold. Stripe
+// scopes keys by account, not by endpoint, so the two requests of an
+// authorization carry key+":create" and key+":confirm". Keys stay under
+// Stripe's 255 characters. stripe-go never retries (MaxNetworkRetries 0):
+// the orchestrator and its resolver retry with the same key, and decide
+// what an unknown outcome means. Telemetry is off.
+//
+// # Errors
+//
+// Failures are classified once (the table is on classify, in error.go):
+// declines are final
+// (KindDeclined with the decline code), a 409 key in use, a 429, a refused
+// connection are safe to retry (KindNotExecuted), a 5xx or a timeout after
+// sending are unknown outcomes (KindUnknown), other refusals are
+// KindRejected with a code (resource_missing, state_conflict,
+// amount_too_large, hold_expired, idempotency_key_mismatch).
+//
+// # Daily report
+//
+// Report lists the PaymentIntents created in the day, the PaymentIntents
+// behind the day's balance transactions (captures, partial capture
+// reversals, refunds) and those canceled in the day (events), one row each
+// in its current state.
+//
+// # Running against Stripe test mode
+//
+// Stripe's test mode is a full Stripe account that moves no money. To run
+// payorch on it:
+//
+//  1. In the Stripe Dashboard, switch to test mode and copy the secret key
+//     from Developers → API keys ("sk_test_…"). A restricted key
+//     ("rk_test_…") works too if it may write PaymentIntents and Refunds and
+//     read Balance Transactions and Events.
+//
+//  2. Configure the provider with the variables below.
+//
+//  3. Create payments with "provider": "stripe" and one of Stripe's test
+//     payment methods: pm_card_visa approves; pm_card_chargeDeclined
+//     declines (card_declined); pm_card_chargeDeclinedInsufficientFunds
+//     declines (insufficient_funds); pm_card_visa_chargeDeclinedExpiredCard
+//     declines (expired_card). Methods that need 3-D Secure
+//     (pm_card_authenticationRequired) fail at confirmation
+//     (error_on_requires_action) instead of waiting for a customer who is
+//     not there.
+//
+//  4. The payment's provider_ref is the PaymentIntent id (pi_…): find it in
+//     the Dashboard under Payments, with payment_id and tenant_id in its
+//     metadata. Holds lapse after 7 days (capture_before).
+//
+//  5. `payorch reconcile --provider stripe --date YYYY-MM-DD` reads the
+//     day's PaymentIntents, balance transactions and events from the test
+//     account. Test-mode balance transactions appear at once; events are
+//     kept 30 days, so reconcile recent days.
+//
+// The variables, as cmd/payorch reads them into a Config:
+//
+//	STRIPE_SECRET_KEY=sk_test_…              Config.SecretKey: required for the stripe provider
+//	STRIPE_API_BASE=https://api.stripe.com   Config.APIBase: the default; a proxy, or stripe-mock
+//	STRIPE_TIMEOUT=30s                       Config.Timeout: one HTTP request; default 30s
+//
+// Test keys and live keys never mix: objects of one mode are invisible to
+// the other (a test key looking up a live pi_… gets resource_missing).
+// Plain-http API bases are refused for live keys unless on loopback.
+//
+// For the request shapes without an account, run stripe-mock
+// (`go install github.com/stripe/stripe-mock@v0.203.0`, as .ci/run does)
+// and point STRIPE_API_BASE at it: `stripe-mock -http-addr
+// 127.0.0.1:12111`, STRIPE_API_BASE=http://127.0.0.1:12111, any
+// sk_test_… key. stripe-mock is stateless: it checks requests against
+// Stripe's OpenAPI spec and answers fixtures, so it cannot show declines,
+// captures or idempotency. The package's tests do both: a stateful
+// Stripe-shaped server runs the provider behaviour suite, and stripe-mock
+// validates every request the adapter sends.
+package stripe

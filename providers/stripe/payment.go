@@ -1,0 +1,274 @@
+package stripe
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v76"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// Metadata keys set on every PaymentIntent, so a Stripe record is matched
+// back to a payment without its reference.
+const (
+	metaPaymentID = "payment_id"
+	metaTenantID  = "tenant_id"
+)
+
+// expandCharge is expanded on every PaymentIntent answer: the hold's
+// capture_before and the refunded amount live on the charge.
+const expandCharge = "latest_charge"
+
+// Authorize places a hold: a PaymentIntent with capture_method=manual for
+// cards, created (key req.Key+":create"; nothing is held yet), handed to
+// req.OnReference, then confirmed (key req.Key+":confirm"). A retry with
+// the same key finds the same PaymentIntent and replays the confirmation.
+// The PaymentIntent's metadata carries payment_id and tenant_id.
+//
+// An error from OnReference is returned wrapped, KindNotExecuted (the
+// PaymentIntent exists but holds nothing; the retry confirms it). A
+// decline is KindDeclined with its decline code, returned with the
+// declined hold. When the confirmation's answer is lost while ctx is still
+// live (a 5xx, a reset, the HTTP client's timeout), or Stripe refuses it
+// because the PaymentIntent is past confirmation (its confirm key expired),
+// one retrieve settles it: an authorized or declined PaymentIntent is the
+// answer; anything else returns the confirmation's error. Other errors are
+// classified as classify says.
+func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
+	if err := checkWrite(opCreate, req.Key, keyConfirm, "", false); err != nil {
+		return providers.Hold{}, err
+	}
+	switch {
+	case req.AmountMinor <= 0:
+		return providers.Hold{}, rejected(opCreate, fmt.Sprintf("amount %d is not positive", req.AmountMinor))
+	case req.Currency == "":
+		return providers.Hold{}, rejected(opCreate, "no currency")
+	case req.PaymentMethod == "":
+		return providers.Hold{}, rejected(opCreate, "no payment method")
+	}
+	p := &stripego.PaymentIntentParams{
+		Amount:             stripego.Int64(req.AmountMinor),
+		Currency:           stripego.String(strings.ToLower(req.Currency)),
+		CaptureMethod:      stripego.String(string(stripego.PaymentIntentCaptureMethodManual)),
+		PaymentMethod:      stripego.String(req.PaymentMethod),
+		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if req.Description != "" {
+		p.Description = stripego.String(req.Description)
+	}
+	if req.PaymentID != "" {
+		p.AddMetadata(metaPaymentID, req.PaymentID)
+	}
+	if req.TenantID != 0 {
+		p.AddMetadata(metaTenantID, strconv.FormatInt(req.TenantID, 10))
+	}
+	p.SetIdempotencyKey(req.Key + keyCreate)
+	cl := newCall(ctx, opCreate)
+	p.Context = cl.ctx
+	created, err := c.intents.New(p)
+	if err != nil {
+		return providers.Hold{}, cl.fail(err)
+	}
+	if req.OnReference != nil {
+		if cbErr := req.OnReference(ctx, created.ID); cbErr != nil {
+			return providers.Hold{}, &providers.Error{
+				Kind: providers.KindNotExecuted, Code: providers.CodeProviderInternalError,
+				Message: fmt.Sprintf("stripe %s: PaymentIntent %s created but OnReference failed; not confirmed", opCreate, created.ID),
+				Err:     cbErr,
+			}
+		}
+	}
+	return c.confirm(ctx, req.Key+keyConfirm, created)
+}
+
+// confirm confirms a created PaymentIntent and settles a lost or refused
+// answer with one retrieve (see Authorize).
+func (c *Client) confirm(ctx context.Context, key string, created *stripego.PaymentIntent) (providers.Hold, error) {
+	p := &stripego.PaymentIntentConfirmParams{
+		// Nobody is there to authenticate: fail instead of waiting in
+		// requires_action.
+		ErrorOnRequiresAction: stripego.Bool(true),
+	}
+	p.AddExpand(expandCharge)
+	p.SetIdempotencyKey(key)
+	cl := newCall(ctx, opConfirm)
+	p.Context = cl.ctx
+	pi, err := c.intents.Confirm(created.ID, p)
+	if err == nil {
+		return holdOf(pi), nil
+	}
+	perr := cl.fail(err)
+	switch {
+	case perr.Kind == providers.KindDeclined:
+		return declinedHold(perr, created), perr
+	case perr.Kind == providers.KindUnknown && ctx.Err() == nil,
+		perr.Kind == providers.KindRejected && perr.Code == providers.CodeStateConflict:
+		h, lerr := c.Lookup(ctx, created.ID)
+		switch {
+		case lerr != nil:
+		case h.Status == providers.StatusAuthorized:
+			return h, nil
+		case h.Status == providers.StatusDeclined:
+			return h, &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
+				Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: perr}
+		}
+	}
+	return providers.Hold{}, perr
+}
+
+// declinedHold is the declined hold a decline answer describes.
+func declinedHold(perr *providers.Error, created *stripego.PaymentIntent) providers.Hold {
+	if se, ok := perr.Err.(*stripego.Error); ok && se.PaymentIntent != nil && se.PaymentIntent.ID == created.ID {
+		h := holdOf(se.PaymentIntent)
+		h.Status, h.DeclineCode = providers.StatusDeclined, perr.Code
+		return h
+	}
+	h := holdOf(created)
+	h.Status, h.DeclineCode = providers.StatusDeclined, perr.Code
+	return h
+}
+
+// Capture captures req.AmountMinor (all of it when zero, sent as
+// amount_to_capture otherwise) of the hold; Stripe releases the rest.
+// Refusals are KindRejected: resource_missing, state_conflict (not
+// capturable: captured, canceled, declined), hold_expired, amount_too_large,
+// idempotency_key_mismatch.
+func (c *Client) Capture(ctx context.Context, req providers.CaptureRequest) (providers.Hold, error) {
+	if err := checkWrite(opCapture, req.Key, "", req.Ref, true); err != nil {
+		return providers.Hold{}, err
+	}
+	if req.AmountMinor < 0 {
+		return providers.Hold{}, rejected(opCapture, fmt.Sprintf("amount %d is negative", req.AmountMinor))
+	}
+	p := &stripego.PaymentIntentCaptureParams{}
+	if req.AmountMinor > 0 {
+		p.AmountToCapture = stripego.Int64(req.AmountMinor)
+	}
+	p.AddExpand(expandCharge)
+	p.SetIdempotencyKey(req.Key)
+	cl := newCall(ctx, opCapture)
+	p.Context = cl.ctx
+	pi, err := c.intents.Capture(req.Ref, p)
+	if err != nil {
+		return providers.Hold{}, cl.fail(err)
+	}
+	return holdOf(pi), nil
+}
+
+// Cancel voids the hold. Refusals are KindRejected: resource_missing,
+// state_conflict (captured or canceled already), idempotency_key_mismatch.
+func (c *Client) Cancel(ctx context.Context, req providers.CancelRequest) (providers.Hold, error) {
+	if err := checkWrite(opCancel, req.Key, "", req.Ref, true); err != nil {
+		return providers.Hold{}, err
+	}
+	p := &stripego.PaymentIntentCancelParams{}
+	p.AddExpand(expandCharge)
+	p.SetIdempotencyKey(req.Key)
+	cl := newCall(ctx, opCancel)
+	p.Context = cl.ctx
+	pi, err := c.intents.Cancel(req.Ref, p)
+	if err != nil {
+		return providers.Hold{}, cl.fail(err)
+	}
+	return holdOf(pi), nil
+}
+
+// Lookup retrieves the PaymentIntent ref with its latest charge. An
+// unknown reference is KindRejected with resource_missing.
+func (c *Client) Lookup(ctx context.Context, ref string) (providers.Hold, error) {
+	if ref == "" {
+		return providers.Hold{}, rejected(opLookup, "empty PaymentIntent reference")
+	}
+	p := &stripego.PaymentIntentParams{}
+	p.AddExpand(expandCharge)
+	cl := newCall(ctx, opLookup)
+	p.Context = cl.ctx
+	pi, err := c.intents.Get(ref, p)
+	if err != nil {
+		return providers.Hold{}, cl.fail(err)
+	}
+	return holdOf(pi), nil
+}
+
+// holdOf maps a PaymentIntent (latest_charge expanded, or not) to a Hold.
+func holdOf(pi *stripego.PaymentIntent) providers.Hold {
+	h := providers.Hold{
+		Ref:           pi.ID,
+		PaymentID:     pi.Metadata[metaPaymentID],
+		Status:        statusOf(pi),
+		AmountMinor:   pi.Amount,
+		Currency:      strings.ToUpper(string(pi.Currency)),
+		CapturedMinor: pi.AmountReceived,
+		RefundedMinor: refundedOf(pi),
+		CreatedAt:     unix(pi.Created),
+	}
+	if ch := pi.LatestCharge; ch != nil && ch.PaymentMethodDetails != nil && ch.PaymentMethodDetails.Card != nil {
+		h.CaptureBefore = unix(ch.PaymentMethodDetails.Card.CaptureBefore)
+	}
+	if h.Status == providers.StatusDeclined {
+		h.DeclineCode = declineCode(pi.LastPaymentError)
+	}
+	return h
+}
+
+// statusOf maps a PaymentIntent's status:
+//
+//	requires_capture                               authorized
+//	succeeded                                      captured | partially_refunded | refunded
+//	canceled, cancellation_reason automatic        expired (the hold lapsed)
+//	canceled                                       canceled
+//	requires_payment_method after a failed attempt declined
+//	requires_payment_method, requires_confirmation,
+//	requires_action, processing                    requires_confirmation (nothing final held)
+func statusOf(pi *stripego.PaymentIntent) providers.Status {
+	switch pi.Status {
+	case stripego.PaymentIntentStatusRequiresCapture:
+		return providers.StatusAuthorized
+	case stripego.PaymentIntentStatusSucceeded:
+		switch refunded := refundedOf(pi); {
+		case refunded == 0:
+			return providers.StatusCaptured
+		case refunded >= pi.AmountReceived:
+			return providers.StatusRefunded
+		default:
+			return providers.StatusPartiallyRefunded
+		}
+	case stripego.PaymentIntentStatusCanceled:
+		if lapsed(pi) {
+			return providers.StatusExpired
+		}
+		return providers.StatusCanceled
+	case stripego.PaymentIntentStatusRequiresPaymentMethod:
+		if pi.LastPaymentError != nil {
+			return providers.StatusDeclined
+		}
+	}
+	return providers.StatusRequiresConfirmation
+}
+
+// refundedOf is how much of the captured amount was refunded to the
+// customer. Stripe counts in the charge's amount_refunded what it released
+// of the hold too: the uncaptured rest of a partial capture (its balance
+// transaction is a partial_capture_reversal) and all of a canceled or
+// lapsed hold. Only a captured charge has customer refunds, and they are
+// amount_refunded less the released rest.
+func refundedOf(pi *stripego.PaymentIntent) int64 {
+	ch := pi.LatestCharge
+	if pi.Status != stripego.PaymentIntentStatusSucceeded || ch == nil || !ch.Captured {
+		return 0
+	}
+	released := ch.Amount - ch.AmountCaptured
+	return min(max(ch.AmountRefunded-released, 0), ch.AmountCaptured)
+}
+
+// unix is a Stripe timestamp as UTC time; zero stays the zero time.
+func unix(sec int64) time.Time {
+	if sec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0).UTC()
+}

@@ -1,0 +1,226 @@
+package stripe
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"go/build"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// stripeMockVersion is the stripe-mock .ci/run installs.
+const stripeMockVersion = "v0.203.0"
+
+// TestStripeMockAcceptsEveryRequest validates the request shapes against
+// the real stripe-mock, which checks every request against Stripe's
+// OpenAPI spec (unknown or malformed parameters are a 400) and answers
+// fixtures: every adapter call must get only 2xx answers and parse. It is
+// stateless and ignores idempotency, so only shapes are checked here; the
+// behaviour is TestProvider's.
+func TestStripeMockAcceptsEveryRequest(t *testing.T) {
+	t.Parallel()
+	base := startStripeMock(t)
+	rec := &statusRecorder{next: http.DefaultTransport}
+	c, err := New(Config{SecretKey: "sk_test_123", APIBase: base, HTTPClient: &http.Client{Transport: rec, Timeout: 30 * time.Second}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := t.Context()
+	// stripe-mock answers any id on a path with its fixture.
+	const ref = "pi_1PgafyB7WZ01zgkWSjxsAJo3"
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"Authorize", func() error {
+			req := authReq(1234)
+			req.OnReference = func(_ context.Context, ref string) error {
+				if !strings.HasPrefix(ref, "pi_") {
+					return fmt.Errorf("reference %q", ref)
+				}
+				return nil
+			}
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
+		{"CaptureAll", func() error {
+			_, err := c.Capture(ctx, providers.CaptureRequest{Key: fwdKey("capture"), Ref: ref})
+			return err
+		}},
+		{"CapturePart", func() error {
+			_, err := c.Capture(ctx, providers.CaptureRequest{Key: fwdKey("capture"), Ref: ref, AmountMinor: 500})
+			return err
+		}},
+		{"Cancel", func() error {
+			_, err := c.Cancel(ctx, providers.CancelRequest{Key: fwdKey("cancel"), Ref: ref})
+			return err
+		}},
+		{"RefundPart", func() error {
+			_, err := c.Refund(ctx, providers.RefundRequest{Key: fwdKey("refund"), Ref: ref, AmountMinor: 100})
+			return err
+		}},
+		{"RefundRest", func() error {
+			_, err := c.Refund(ctx, providers.RefundRequest{Key: fwdKey("refund"), Ref: ref})
+			return err
+		}},
+		{"Lookup", func() error {
+			h, err := c.Lookup(ctx, ref)
+			if err == nil && h.Ref != ref {
+				err = fmt.Errorf("looked up %q, got %q", ref, h.Ref)
+			}
+			return err
+		}},
+		{"Report", func() error {
+			rows := 0
+			now := time.Now()
+			err := c.Report(ctx, providers.ReportRequest{From: now.Add(-24 * time.Hour), To: now},
+				func(providers.ReportRow) error { rows++; return nil })
+			if err == nil && rows == 0 {
+				err = fmt.Errorf("no rows from stripe-mock's fixtures")
+			}
+			return err
+		}},
+	} {
+		before := rec.count()
+		if err := tc.call(); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		for _, r := range rec.since(before) {
+			if r.status/100 != 2 {
+				t.Errorf("%s: %s answered %d: %s", tc.name, r.request, r.status, r.body)
+			}
+		}
+		if rec.count() == before {
+			t.Errorf("%s sent no request", tc.name)
+		}
+	}
+}
+
+// startStripeMock runs stripe-mock on loopback only (HTTP on a free port,
+// HTTPS on a unix socket, so nothing listens on every interface) for the
+// test and returns its base URL. A missing binary fails the test: CI
+// installs it.
+func startStripeMock(t *testing.T) string {
+	t.Helper()
+	bin := findStripeMock()
+	if bin == "" {
+		t.Fatalf("stripe-mock not found in PATH or $(go env GOPATH)/bin: run .ci/run, or "+
+			"`go install github.com/stripe/stripe-mock@%s`", stripeMockVersion)
+	}
+	dir, err := os.MkdirTemp("", "stripemock") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-https-unix", filepath.Join(dir, "https.sock"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	listening := regexp.MustCompile(`Listening for HTTP at address: (127\.0\.0\.1:\d+)`)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			logMu.Lock()
+			log.WriteString(s.Text() + "\n")
+			logMu.Unlock()
+			if m := listening.FindStringSubmatch(s.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-time.After(60 * time.Second):
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Fatalf("stripe-mock did not say where it listens within 60s; it printed:\n%s", log.String())
+		return ""
+	}
+}
+
+// findStripeMock looks for the binary in PATH, then in $(go env GOPATH)/bin.
+func findStripeMock() string {
+	if p, err := exec.LookPath("stripe-mock"); err == nil {
+		return p
+	}
+	var dirs []string
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		dirs = append(dirs, filepath.SplitList(strings.TrimSpace(string(out)))...)
+	}
+	dirs = append(dirs, filepath.SplitList(build.Default.GOPATH)...)
+	for _, d := range dirs {
+		p := filepath.Join(d, "bin", "stripe-mock")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// statusRecorder is a RoundTripper that notes every answer's status.
+type statusRecorder struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	seen []recordedAnswer
+}
+
+type recordedAnswer struct {
+	request string
+	status  int
+	body    string
+}
+
+func (r *statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	a := recordedAnswer{request: req.Method + " " + req.URL.RequestURI(), status: resp.StatusCode}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
+		a.body = string(b)
+		resp.Body = io.NopCloser(strings.NewReader(a.body))
+	}
+	r.mu.Lock()
+	r.seen = append(r.seen, a)
+	r.mu.Unlock()
+	return resp, nil
+}
+
+func (r *statusRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
+}
+
+func (r *statusRecorder) since(n int) []recordedAnswer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recordedAnswer(nil), r.seen[n:]...)
+}
