@@ -6,8 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/payorch/payorch/orchestrator"
 )
@@ -66,6 +69,8 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 
 	begin, err := s.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{
 		TenantID: p.TenantID, Operation: op, Key: key, Fingerprint: fp})
+	outcome := idempotencyOutcome(begin, err)
+	s.recordIdempotency(ctx, c, op, outcome)
 	if !begin.ExpiresAt.IsZero() {
 		c.Response().Header().Set(headerKeyExpires, begin.ExpiresAt.UTC().Format(http.TimeFormat))
 	}
@@ -82,6 +87,15 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 	}
 	claim := begin.Claim
 
+	// First executions are timed from the claim to the stored (or not)
+	// answer; result is stored, pending (202, nothing kept) or failed.
+	execStart, execResult := time.Now(), "failed"
+	if outcome == OutcomeNew {
+		defer func() {
+			s.tel.firstExecution.Record(ctx, time.Since(execStart).Seconds(), metric.WithAttributes(
+				attribute.String("operation", op), attribute.String("result", execResult)))
+		}()
+	}
 	xctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ExecutionTimeout)
 	defer cancel()
 	res, execErr := exec(xctx, claim)
@@ -100,6 +114,7 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 			stored.Header[echo.HeaderLocation] = res.location
 		}
 	case execErr == nil: // pending: answer 202, keep nothing
+		execResult = "pending"
 		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
 			s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
 		}
@@ -110,6 +125,7 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 	case storedCodes[orchestrator.ErrorCode(execErr)]:
 		var appErr *orchestrator.Error
 		errors.As(execErr, &appErr)
+		c.Set(errorCodeKey, appErr.Code)
 		prob := s.problem(c, appErr)
 		prob.PaymentID = res.paymentID
 		body, _ := json.Marshal(prob)
@@ -127,6 +143,7 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 		}
 		s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with this execution's result")
 	}
+	execResult = "stored"
 	h := c.Response().Header()
 	for k, v := range stored.Header {
 		h.Set(k, v)

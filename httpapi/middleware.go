@@ -45,7 +45,10 @@ func validRequestID(id string) bool {
 }
 
 // accessLog writes one line per request when it ends, after the error (if
-// any) has been turned into its response, so the status is the one sent.
+// any) has been turned into its response, so the status is the one sent:
+// method, route, status, size, duration and, where known, the idempotency
+// outcome and the problem code. The request's log attributes (request id,
+// tenant, idempotency key, payment id) and trace ids come with the context.
 func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -58,13 +61,20 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if res.Status >= 500 {
 			level = slog.LevelError
 		}
-		s.logger.Log(c.Request().Context(), level, "http request",
-			"method", c.Request().Method,
-			"route", c.Path(),
-			"status", res.Status,
-			"bytes", res.Size,
-			"duration_ms", float64(time.Since(start).Microseconds())/1000,
-		)
+		attrs := []slog.Attr{
+			slog.String("method", c.Request().Method),
+			slog.String("route", c.Path()),
+			slog.Int("status", res.Status),
+			slog.Int64("bytes", res.Size),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		}
+		if o, ok := c.Get(outcomeKey).(string); ok {
+			attrs = append(attrs, slog.String("idempotency_outcome", o))
+		}
+		if code, ok := c.Get(errorCodeKey).(orchestrator.Code); ok {
+			attrs = append(attrs, slog.String("code", string(code)))
+		}
+		s.logger.LogAttrs(c.Request().Context(), level, "http request", attrs...)
 		return nil
 	}
 }

@@ -121,6 +121,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	e, internal := problemFor(err)
+	c.Set(errorCodeKey, e.Code)
 	if internal {
 		s.logger.ErrorContext(c.Request().Context(), "internal error", "error", err)
 	} else if e.Err != nil {

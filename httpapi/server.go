@@ -1,8 +1,9 @@
 // Package httpapi is payorch's HTTP interface: an Echo v4 server with
-// request ids, structured request logs, panic recovery, body limits, JSON
-// content-type checks, API key authentication and roles, per-key rate
-// limits, and one error handler that writes every error as
-// application/problem+json with the codes of orchestrator.
+// request ids, an OpenTelemetry span and metrics per request, structured
+// request logs, panic recovery, body limits, JSON content-type checks, API
+// key authentication and roles, per-key rate limits, and one error handler
+// that writes every error as application/problem+json with the codes of
+// orchestrator.
 package httpapi
 
 import (
@@ -17,6 +18,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
@@ -44,6 +47,14 @@ type Config struct {
 	// when the client disconnects); keep it under the idempotency lease.
 	// Defaults to 45s.
 	ExecutionTimeout time.Duration
+	// TracerProvider makes one server span per request, continuing the
+	// caller's W3C trace context; nil means no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider takes the HTTP and idempotency metrics; nil means none.
+	MeterProvider metric.MeterProvider
+	// MetricsHandler, when set, is served without authentication at
+	// GET /metrics (the Prometheus exposition of MeterProvider).
+	MetricsHandler http.Handler
 }
 
 // MaxBodyBytes is the largest request body accepted (SPEC: Errors).
@@ -59,6 +70,7 @@ type Server struct {
 	limiter  *rateLimiter
 	cfg      Config
 	now      func() time.Time
+	tel      *telemetry
 
 	// Work started by requests that outlives them (reconciliation runs);
 	// Serve cancels and waits for it on shutdown.
@@ -94,6 +106,10 @@ func New(cfg Config) *Server {
 		cfg:      cfg,
 		now:      cfg.Clock,
 	}
+	var err error
+	if s.tel, err = newTelemetry(cfg.TracerProvider, cfg.MeterProvider); err != nil {
+		s.logger.Warn("httpapi: telemetry instruments", "error", err)
+	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, int(2*cfg.RateLimit), cfg.Clock)
@@ -101,6 +117,7 @@ func New(cfg Config) *Server {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(
 		s.requestID,
+		s.instrument,
 		s.accessLog,
 		middleware.RecoverWithConfig(middleware.RecoverConfig{
 			DisableErrorHandler: true,
@@ -120,6 +137,9 @@ func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	if s.cfg.MetricsHandler != nil {
+		e.GET("/metrics", echo.WrapHandler(s.cfg.MetricsHandler))
+	}
 
 	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
 	v1.GET("/me", s.getMe)

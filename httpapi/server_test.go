@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/internal/pgtest"
@@ -53,14 +56,25 @@ type env struct {
 	logs   *syncBuffer
 	keys   map[orchestrator.Role]string
 	tenant int64
+	// spans records every span ended; metrics reads the metrics of the
+	// server, the Service and the Reconciler.
+	spans   *tracetest.SpanRecorder
+	metrics *sdkmetric.ManualReader
 }
 
 // newEnv serves the API on a database at dbURL with a fake provider of its
-// own on loopback. svcCfg, when given, tunes the Service (clock, lease,
-// provider timeout); its Pool, Logger and Providers are filled in.
+// own on loopback, tracing into an in-memory recorder (every span sampled)
+// and metering into a manual reader. svcCfg, when given, tunes the Service
+// (clock, lease, provider timeout); its Pool, Logger, Providers and
+// telemetry providers are filled in.
 func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
 	pool := pgtest.Pool(t, dbURL)
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
 	logs := &syncBuffer{}
 	logger := slog.New(orchestrator.NewLogHandler(slog.NewJSONHandler(logs, nil)))
 	fr, err := fake.Start("127.0.0.1:0", fake.Config{TimeoutHang: 10 * time.Second})
@@ -74,6 +88,7 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 		sc = svcCfg[0]
 	}
 	sc.Pool, sc.Logger = pool, logger
+	sc.TracerProvider, sc.MeterProvider = tp, mp
 	sc.Providers, sc.DefaultProvider = map[string]providers.Provider{"fake": fc}, "fake"
 	svc := orchestrator.NewService(sc)
 	mig, err := migrations.New(pool)
@@ -82,10 +97,12 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	}
 	t.Cleanup(func() { mig.Close() })
 	cfg.Service, cfg.Migrator, cfg.Logger = svc, mig, logger
-	cfg.Reconciler = reconcile.New(reconcile.Config{Pool: pool, Providers: sc.Providers, Logger: logger})
+	cfg.TracerProvider, cfg.MeterProvider = tp, mp
+	cfg.Reconciler = reconcile.New(reconcile.Config{Pool: pool, Providers: sc.Providers, Logger: logger,
+		TracerProvider: tp, MeterProvider: mp})
 	srv := httpapi.New(cfg)
 	t.Cleanup(srv.Close)
-	e := &env{fake: fc, srv: srv, svc: svc, logs: logs, keys: map[orchestrator.Role]string{}}
+	e := &env{fake: fc, srv: srv, svc: svc, logs: logs, keys: map[orchestrator.Role]string{}, spans: spans, metrics: reader}
 	// Test-only routes behind the same middleware as the real ones.
 	srv.Echo().POST("/test/echo", func(c echo.Context) error {
 		b, err := io.ReadAll(c.Request().Body)

@@ -269,15 +269,19 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	return authorizeResult(out)
 }
 
-// callProvider runs one provider call under the provider timeout and
-// appends it to the payment's history: operation, forwarded key, outcome
-// and latency. The history write is best effort: the call already happened.
+// callProvider runs one provider call under the provider timeout, in a
+// span of its own (operation, provider, forwarded key), records its
+// duration and outcome, and appends it to the payment's history:
+// operation, forwarded key, outcome and latency. The history write is best
+// effort: the call already happened.
 func (s *Service) callProvider(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) error {
-	cctx, cancel := context.WithTimeout(ctx, s.providerTimeout)
+	sctx, span := s.tel.startProviderSpan(ctx, p, operation, fwd)
+	cctx, cancel := context.WithTimeout(sctx, s.providerTimeout)
 	start := time.Now()
 	err := call(cctx)
 	cancel()
-	latency := float64(time.Since(start).Microseconds()) / 1000
+	elapsed := time.Since(start)
+	latency := float64(elapsed.Microseconds()) / 1000
 	outcome := "ok"
 	detail := map[string]any{"provider": p.Provider}
 	if err != nil {
@@ -286,12 +290,13 @@ func (s *Service) callProvider(ctx context.Context, p Payment, operation, fwd st
 			detail["code"] = code
 		}
 	}
+	s.tel.endProviderCall(sctx, span, p, operation, outcome, err, elapsed)
 	const q = `INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
 		VALUES ($1, $2, 'provider_call', $3, $4, $5, $6, $7, $8)`
 	if _, werr := s.pool.Exec(ctx, q, p.TenantID, p.ID, operation, fwd, outcome, latency, detail, s.now()); werr != nil {
 		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", operation, "error", werr)
 	}
-	s.logger.InfoContext(ctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
+	s.logger.InfoContext(sctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
 		"forwarded_key", fwd, "outcome", outcome, "latency_ms", latency)
 	return err
 }

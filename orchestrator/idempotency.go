@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // IdempotencyRequest is one keyed POST, as the protocol sees it.
@@ -203,6 +205,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			continue // someone else took it: read again (and most likely find it in use)
 		}
 		if takeover {
+			s.tel.takeovers.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", req.Operation)))
 			s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
 				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
 		}
@@ -295,5 +298,9 @@ func (s *Service) PurgeExpiredKeys(ctx context.Context, batch int) (int, error) 
 	if err != nil {
 		return 0, internalf("purge idempotency keys: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	n := tag.RowsAffected()
+	if n > 0 {
+		s.tel.purged.Add(ctx, n)
+	}
+	return int(n), nil
 }

@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 type logAttrsKey struct{}
@@ -26,15 +28,22 @@ func LogAttrs(ctx context.Context) []slog.Attr {
 }
 
 // NewLogHandler wraps h so that every record logged with a context carries
-// that context's WithLogAttrs attributes.
+// that context's WithLogAttrs attributes and, when the context holds an
+// OpenTelemetry span, its trace_id and span_id (also when the span is not
+// sampled, so log lines of one request can always be found together).
 func NewLogHandler(h slog.Handler) slog.Handler { return ctxHandler{h} }
 
 type ctxHandler struct{ slog.Handler }
 
 func (h ctxHandler) Handle(ctx context.Context, r slog.Record) error {
-	if attrs := LogAttrs(ctx); len(attrs) > 0 {
+	attrs := LogAttrs(ctx)
+	sc := trace.SpanContextFromContext(ctx)
+	if len(attrs) > 0 || sc.IsValid() {
 		r = r.Clone()
 		r.AddAttrs(attrs...)
+		if sc.IsValid() {
+			r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+		}
 	}
 	return h.Handler.Handle(ctx, r)
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/providers"
 )
@@ -39,6 +41,13 @@ type Config struct {
 	// KeyTTL is how long an idempotency key is kept (SPEC: default 24h, at
 	// most 72h).
 	KeyTTL time.Duration
+	// TracerProvider makes the span of each provider call; nil means no
+	// spans (the OpenTelemetry no-op).
+	TracerProvider trace.TracerProvider
+	// MeterProvider takes the Service's metrics: provider call durations,
+	// lease takeovers, purged keys and the pending gauges (computed from
+	// the database when collected). Nil means no metrics.
+	MeterProvider metric.MeterProvider
 }
 
 // Service is the pgx-backed implementation of payorch's domain.
@@ -51,6 +60,7 @@ type Service struct {
 	providerTimeout time.Duration
 	lease           time.Duration
 	keyTTL          time.Duration
+	tel             *telemetry
 }
 
 // NewService returns a Service on cfg.Pool.
@@ -74,6 +84,10 @@ func NewService(cfg Config) *Service {
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var err error
+	if s.tel, err = newTelemetry(s, cfg.TracerProvider, cfg.MeterProvider); err != nil {
+		s.logger.Warn("orchestrator: telemetry instruments", "error", err)
 	}
 	return s
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
@@ -38,6 +40,14 @@ type Config struct {
 	StuckAfter time.Duration
 	Clock      func() time.Time
 	Logger     *slog.Logger
+	// TracerProvider makes one span per run executed (SQL and provider
+	// calls below it); nil means no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider takes the run duration histogram and the gauges of
+	// each provider's latest succeeded run (open discrepancies by
+	// category, when it finished), read from the database when collected.
+	// Nil means no metrics.
+	MeterProvider metric.MeterProvider
 }
 
 // Reconciler runs reconciliations and answers finance's questions about
@@ -50,6 +60,7 @@ type Reconciler struct {
 	stuckAfter time.Duration
 	now        func() time.Time
 	logger     *slog.Logger
+	tel        *telemetry
 }
 
 // New returns a Reconciler.
@@ -70,6 +81,10 @@ func New(cfg Config) *Reconciler {
 	}
 	if r.logger == nil {
 		r.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var err error
+	if r.tel, err = newTelemetry(r, cfg.TracerProvider, cfg.MeterProvider); err != nil {
+		r.logger.Warn("reconcile: telemetry instruments", "error", err)
 	}
 	return r
 }
@@ -226,15 +241,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, provider string, date time.T
 	return r.Execute(ctx, run)
 }
 
-// Execute does a begun run and records its outcome; a failure is recorded
-// on the run (status failed) as well as returned.
+// Execute does a begun run, in a span of its own, and records its
+// outcome; a failure is recorded on the run (status failed) as well as
+// returned.
 func (r *Reconciler) Execute(ctx context.Context, run Run) (Run, error) {
 	logger := r.logger.With("run_id", run.ID, "provider", run.Provider, "business_date", run.BusinessDate, "version", run.Version)
+	ctx, span := r.tel.startRunSpan(ctx, run)
 	start := time.Now()
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	go r.heartbeat(hbCtx, run.ID)
 	res, err := r.match(ctx, run)
 	stopHeartbeat()
+	defer func() { r.tel.endRun(ctx, span, run, res, err, time.Since(start)) }()
+	defer r.tel.forgetLastRuns()
 	if err != nil {
 		logger.ErrorContext(ctx, "reconciliation failed", "error", err)
 		msg := "reconciliation failed: " + err.Error()

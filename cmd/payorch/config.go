@@ -69,6 +69,14 @@ type config struct {
 	// ReconcileGrace (PAYORCH_RECONCILE_GRACE) widens the provider window
 	// around midnight.
 	ReconcileGrace time.Duration
+	// OTLPEndpoint (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+	// OTEL_EXPORTER_OTLP_ENDPOINT) turns span export over OTLP/HTTP on;
+	// empty means no span leaves the process. The exporter itself reads
+	// the variables (and OTEL_EXPORTER_OTLP_HEADERS, …_TIMEOUT, …).
+	OTLPEndpoint string
+	// OTLPProtocol (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
+	// OTEL_EXPORTER_OTLP_PROTOCOL): only http/protobuf is built in.
+	OTLPProtocol string
 }
 
 func defaultConfig() config {
@@ -158,6 +166,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
 	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
 	str("PAYORCH_DEFAULT_PROVIDER", &c.DefaultProvider)
+	str("OTEL_EXPORTER_OTLP_ENDPOINT", &c.OTLPEndpoint)
+	str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
+	str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
+	str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", &c.OTLPProtocol)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -198,6 +210,9 @@ func (c config) validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	if c.OTLPProtocol != "" && c.OTLPProtocol != "http/protobuf" {
+		return fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: %q is not supported (payorch exports http/protobuf)", c.OTLPProtocol)
 	}
 	return nil
 }

@@ -43,6 +43,11 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	logger := newLogger(cfg)
+	tel, err := startTelemetry(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return err
 	}
@@ -72,7 +77,7 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		dbURL = cluster.TCPConnString(devDatabase)
 	}
 
-	pool, err := openPool(ctx, cfg, dbURL)
+	pool, err := openPool(ctx, cfg, dbURL, tel)
 	if err != nil {
 		return err
 	}
@@ -86,7 +91,7 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	cfg.AutoMigrate = false // done above
-	return serveAPI(ctx, cfg, pool, logger, func(addr string) {
+	return serveAPI(ctx, cfg, pool, logger, tel, func(addr string) {
 		printDevBanner(stdout, "http://"+addr, dbURL, keys)
 	})
 }

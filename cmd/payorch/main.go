@@ -119,8 +119,9 @@ func buildVersion() string {
 }
 
 // openPool connects to url with the configured pool size and checks the
-// connection.
-func openPool(ctx context.Context, cfg config, url string) (*pgxpool.Pool, error) {
+// connection. With tel, queries are traced and the pool's statistics
+// exported.
+func openPool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, errors.New("DATABASE_URL is not set (payorch dev prints the URL of its embedded database)")
 	}
@@ -129,6 +130,9 @@ func openPool(ctx context.Context, cfg config, url string) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = int32(cfg.DBMaxConns)
+	if tel != nil {
+		tel.traceDatabase(pc)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -136,6 +140,12 @@ func openPool(ctx context.Context, cfg config, url string) (*pgxpool.Pool, error
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("database: %w", err)
+	}
+	if tel != nil {
+		if err := tel.recordPoolStats(pool); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("database pool metrics: %w", err)
+		}
 	}
 	return pool, nil
 }
@@ -156,7 +166,7 @@ func cmdMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, nil)
 	if err != nil {
 		return err
 	}

@@ -12,14 +12,15 @@ import (
 )
 
 // startProviders returns the configured providers by name and a function
-// that stops whatever was started for them (the embedded fake).
-func startProviders(cfg config, logger *slog.Logger) (map[string]providers.Provider, func(context.Context), error) {
-	hc := &http.Client{Transport: &http.Transport{
+// that stops whatever was started for them (the embedded fake). Their HTTP
+// requests carry the trace context of the call they belong to.
+func startProviders(cfg config, logger *slog.Logger, tel *telemetry) (map[string]providers.Provider, func(context.Context), error) {
+	hc := &http.Client{Transport: tel.transport(&http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	})}
 	url := cfg.FakeURL
 	stop := func(context.Context) {}
 	if url == "" {

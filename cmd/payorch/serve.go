@@ -31,17 +31,22 @@ func cmdServe(ctx context.Context, cfg config, args []string) error {
 		return err
 	}
 	logger := newLogger(cfg)
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	tel, err := startTelemetry(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	return serveAPI(ctx, cfg, pool, logger, nil)
+	return serveAPI(ctx, cfg, pool, logger, tel, nil)
 }
 
 // serveAPI migrates (unless told not to), listens on cfg.Listen, calls
 // ready (if set) with the bound address, and serves until ctx is done.
-func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger, ready func(addr string)) error {
+func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger, tel *telemetry, ready func(addr string)) error {
 	if cfg.AutoMigrate {
 		if err := migrate(ctx, pool, logger); err != nil {
 			return err
@@ -52,7 +57,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		return err
 	}
 	defer m.Close()
-	provs, stopProviders, err := startProviders(cfg, logger)
+	provs, stopProviders, err := startProviders(cfg, logger, tel)
 	if err != nil {
 		return err
 	}
@@ -61,7 +66,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		defer cancel()
 		stopProviders(sctx)
 	}()
-	svc := newService(cfg, pool, logger, provs)
+	svc := newService(cfg, pool, logger, provs, tel)
 
 	// Background services: settle pending payments, purge expired keys.
 	// Several instances may run them at once (SKIP LOCKED).
@@ -101,7 +106,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		}
 	}()
 
-	rec := newReconciler(cfg, pool, logger, provs)
+	rec := newReconciler(cfg, pool, logger, provs, tel)
 	if cfg.ReconcileSchedule != "off" {
 		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
 		if err != nil {
@@ -119,12 +124,15 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		RateLimit:        cfg.RateLimit,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
 		ExecutionTimeout: cfg.IdempotencyLease - cfg.ProviderTimeout/2,
+		TracerProvider:   tel.tracerProvider,
+		MeterProvider:    tel.meterProvider,
+		MetricsHandler:   tel.metrics,
 	})
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	logger.Info("payorch serving", "addr", l.Addr().String(), "version", buildVersion())
+	logger.Info("payorch serving", "addr", l.Addr().String(), "version", buildVersion(), "metrics", "/metrics", "otlp_traces", tel.exporting)
 	if ready != nil {
 		ready(l.Addr().String())
 	}
@@ -135,7 +143,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	return nil
 }
 
-func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider) *orchestrator.Service {
+func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *orchestrator.Service {
 	return orchestrator.NewService(orchestrator.Config{
 		Pool:            pool,
 		Logger:          logger,
@@ -144,6 +152,8 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		ProviderTimeout: cfg.ProviderTimeout,
 		Lease:           cfg.IdempotencyLease,
 		KeyTTL:          cfg.IdempotencyTTL,
+		TracerProvider:  tel.tracerProvider,
+		MeterProvider:   tel.meterProvider,
 	})
 }
 
@@ -155,20 +165,25 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return usageError{err.Error()}
 	}
 	logger := newLogger(cfg)
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	if cfg.FakeURL == "" {
+		return errors.New("resolve: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
+	}
+	tel, err := startTelemetry(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if cfg.FakeURL == "" {
-		return errors.New("resolve: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
-	}
-	provs, stop, err := startProviders(cfg, logger)
+	provs, stop, err := startProviders(cfg, logger, tel)
 	if err != nil {
 		return err
 	}
 	defer stop(context.Background())
-	st, err := newService(cfg, pool, logger, provs).ResolvePending(ctx, *minAge, *limit)
+	st, err := newService(cfg, pool, logger, provs, tel).ResolvePending(ctx, *minAge, *limit)
 	if err != nil {
 		return err
 	}
@@ -185,10 +200,11 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg)})
 }
 
-func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider) *reconcile.Reconciler {
+func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *reconcile.Reconciler {
 	loc, _ := time.LoadLocation(cfg.ReconcileTZ) // validated
 	return reconcile.New(reconcile.Config{Pool: pool, Providers: provs, Location: loc, Grace: cfg.ReconcileGrace,
-		Logger: logger, StuckAfter: max(cfg.ResolverMinAge*10, time.Hour)})
+		Logger: logger, StuckAfter: max(cfg.ResolverMinAge*10, time.Hour),
+		TracerProvider: tel.tracerProvider, MeterProvider: tel.meterProvider})
 }
 
 func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
@@ -203,17 +219,22 @@ func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writ
 	if cfg.FakeURL == "" && *provider == "fake" {
 		return errors.New("reconcile: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
 	}
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	tel, err := startTelemetry(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	provs, stop, err := startProviders(cfg, logger)
+	provs, stop, err := startProviders(cfg, logger, tel)
 	if err != nil {
 		return err
 	}
 	defer stop(context.Background())
-	rec := newReconciler(cfg, pool, logger, provs)
+	rec := newReconciler(cfg, pool, logger, provs, tel)
 	day := rec.Yesterday()
 	if *date != "" {
 		if day, err = reconcile.ParseDate(*date); err != nil {

@@ -26,7 +26,7 @@ func cmdTenants(ctx context.Context, cfg config, args []string, stdout io.Writer
 	if args[0] == "create" && *name == "" {
 		return usageError{"tenants create: --name is required"}
 	}
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, nil)
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func cmdAPIKeys(ctx context.Context, cfg config, args []string, stdout io.Writer
 	case sub == "list" && len(positional) > 0:
 		return usageError{"apikeys list: unexpected argument"}
 	}
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, nil)
 	if err != nil {
 		return err
 	}

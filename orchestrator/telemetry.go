@@ -1,0 +1,145 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// InstrumentationName names the tracer and meter of this package.
+const InstrumentationName = "github.com/payorch/payorch/orchestrator"
+
+// Attribute keys of the provider call span. Metric attributes are plain
+// Prometheus-style labels (provider, operation, outcome).
+const (
+	attrProvider     = attribute.Key("payorch.provider")
+	attrOperation    = attribute.Key("payorch.operation")
+	attrOutcome      = attribute.Key("payorch.outcome")
+	attrForwardedKey = attribute.Key("payorch.forwarded_key")
+	attrPaymentID    = attribute.Key("payorch.payment_id")
+	attrTenantID     = attribute.Key("payorch.tenant_id")
+)
+
+// Bucket boundaries, in seconds, of the latency histograms: from a
+// loopback call to the provider timeout and the idempotency lease.
+var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60}
+
+// LatencyBuckets returns the bucket boundaries (seconds) payorch uses for
+// request and provider-call latencies, so every package shares them.
+func LatencyBuckets() []float64 { return append([]float64(nil), latencyBuckets...) }
+
+// Pending gauges are computed from the database when scraped, at most once
+// per pendingCacheFor and within pendingQueryTimeout.
+const (
+	pendingCacheFor     = 10 * time.Second
+	pendingQueryTimeout = 2 * time.Second
+)
+
+// telemetry is the Service's tracer and instruments.
+type telemetry struct {
+	tracer       trace.Tracer
+	providerCall metric.Float64Histogram
+	takeovers    metric.Int64Counter
+	purged       metric.Int64Counter
+
+	pendingPayments   metric.Int64ObservableGauge
+	pendingOperations metric.Int64ObservableGauge
+	pendingOldest     metric.Float64ObservableGauge
+
+	mu        sync.Mutex
+	pendingAt time.Time
+	pending   PendingStats
+	pendingOK bool
+}
+
+// newTelemetry creates the Service's instruments on tp and mp (nil: no-op)
+// and registers the pending gauges' callback.
+func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter(InstrumentationName)
+	t := &telemetry{tracer: tp.Tracer(InstrumentationName)}
+	var errs [8]error
+	t.providerCall, errs[0] = m.Float64Histogram("payorch.provider_call.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of provider calls by provider, operation and outcome (ok, declined, rejected, not_executed, unknown)."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	t.takeovers, errs[1] = m.Int64Counter("payorch.idempotency.takeovers", metric.WithUnit("{takeover}"),
+		metric.WithDescription("Idempotency leases taken over from an expired (crashed or stuck) owner."))
+	t.purged, errs[2] = m.Int64Counter("payorch.idempotency.keys_purged", metric.WithUnit("{key}"),
+		metric.WithDescription("Expired idempotency keys deleted by the sweeper."))
+	t.pendingPayments, errs[3] = m.Int64ObservableGauge("payorch.pending.payments", metric.WithUnit("{payment}"),
+		metric.WithDescription("Payments whose provider answer is not known yet (whole database)."))
+	t.pendingOperations, errs[4] = m.Int64ObservableGauge("payorch.pending.operations", metric.WithUnit("{operation}"),
+		metric.WithDescription("Captures, cancels and refunds whose provider answer is not known yet (whole database)."))
+	t.pendingOldest, errs[5] = m.Float64ObservableGauge("payorch.pending.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest pending payment or operation; 0 when nothing is pending."))
+	if s.pool != nil {
+		_, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+			st, ok := s.pendingCached(ctx)
+			if ok {
+				o.ObserveInt64(t.pendingPayments, int64(st.Payments))
+				o.ObserveInt64(t.pendingOperations, int64(st.Operations))
+				o.ObserveFloat64(t.pendingOldest, st.OldestAge.Seconds())
+			}
+			return nil
+		}, t.pendingPayments, t.pendingOperations, t.pendingOldest)
+	}
+	return t, errors.Join(errs[:]...)
+}
+
+// pendingCached returns Pending, reusing a result younger than
+// pendingCacheFor so frequent scrapes cost one query. ok is false when the
+// database could not answer: the gauges are then left out rather than
+// reported stale.
+func (s *Service) pendingCached(ctx context.Context) (PendingStats, bool) {
+	t := s.tel
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pendingOK && time.Since(t.pendingAt) < pendingCacheFor {
+		return t.pending, true
+	}
+	qctx, cancel := context.WithTimeout(ctx, pendingQueryTimeout)
+	defer cancel()
+	st, err := s.Pending(qctx)
+	if err != nil {
+		t.pendingOK = false
+		s.logger.WarnContext(ctx, "pending gauges: database did not answer", "error", err)
+		return st, false
+	}
+	t.pending, t.pendingAt, t.pendingOK = st, time.Now(), true
+	return st, true
+}
+
+// startProviderSpan starts the span of one provider call.
+func (t *telemetry) startProviderSpan(ctx context.Context, p Payment, operation, fwd string) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "provider "+operation, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrProvider.String(p.Provider), attrOperation.String(operation),
+			attrForwardedKey.String(fwd), attrPaymentID.String(p.ID), attrTenantID.Int64(p.TenantID)))
+}
+
+// endProviderCall records the outcome of a provider call on its span and
+// in the duration histogram, and ends the span. Declines are answers, not
+// errors; everything else that is not ok marks the span as failed.
+func (t *telemetry) endProviderCall(ctx context.Context, span trace.Span, p Payment, operation, outcome string, err error, d time.Duration) {
+	span.SetAttributes(attrOutcome.String(outcome))
+	if err != nil && providers.KindOf(err) != providers.KindDeclined {
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
+	t.providerCall.Record(ctx, d.Seconds(), metric.WithAttributes(
+		attribute.String("provider", p.Provider), attribute.String("operation", operation), attribute.String("outcome", outcome)))
+}
