@@ -1,18 +1,22 @@
 # payorch — see README.md. `make run` and `make test` need only Go; PostgreSQL
-# binaries are found on the machine (or installed on Debian when root).
+# binaries are found on the machine (or installed on Debian when root), and
+# stripe-mock is installed with `go install` on first use.
 
 GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: run test test-short build vet bench fuzz clean
+STRIPE_MOCK_VERSION := v0.203.0
+GOBIN := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: run test tools build vet bench clean
 
 ## run: the whole product on an embedded PostgreSQL, API on http://127.0.0.1:8080
 run: build
 	./bin/payorch dev
 
 ## test: the whole suite, against real PostgreSQL clusters the tests start themselves
-test: vet
+test: vet tools
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 ## build: bin/payorch
@@ -22,9 +26,16 @@ build:
 vet:
 	$(GO) vet ./...
 
-## bench: the benchmarks whose numbers go in BENCHMARKS.md
+## tools: what the tests drive besides PostgreSQL: stripe-mock (the Stripe
+## adapter's request shapes are checked against it), installed once
+tools:
+	@test -x "$(GOBIN)/stripe-mock" || command -v stripe-mock >/dev/null || \
+		$(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+## bench: the benchmarks whose numbers go in BENCHMARKS.md (minutes, not
+## seconds; -p 1 so that nothing else builds or runs while one is measured)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime 10s -count=1 -timeout 30m ./...
 
 clean:
 	rm -rf bin

@@ -206,6 +206,11 @@ func TestAuthorizeExactlyOnce(t *testing.T) {
 		if len(ops) != 1 || p.ID != pending.ID || p.ProviderRef == nil || *p.ProviderRef != ops[0].Ref || p.Status != "authorized" {
 			t.Fatalf("after retry: payment %+v, provider ops %+v", p, ops)
 		}
+		// The reference was saved before the confirmation: the retry
+		// settled it with one lookup, without authorizing again.
+		if n := e.count(t, `SELECT count(*) FROM payment_events WHERE payment_id = $1 AND type = 'provider_call' AND operation = 'authorize'`, p.ID); n != 1 {
+			t.Fatalf("%d authorize calls, want 1", n)
+		}
 	})
 
 	t.Run("DeclineIsStoredAndReplayed", func(t *testing.T) {

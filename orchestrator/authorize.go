@@ -155,6 +155,13 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	if p.Status != StatusPending {
 		return authorizeResult(p)
 	}
+	if p.ProviderRef != nil {
+		// An earlier attempt got as far as the provider's reference: one
+		// lookup settles it, and only a hold that was never confirmed is
+		// authorized again. (Re-creating it could otherwise place a second
+		// hold once the provider has forgotten the key, after 24h at Stripe.)
+		return s.resolvePayment(ctx, c, p)
+	}
 	return s.authorizeAtProvider(ctx, c, p, providers.ForwardedKey(in.TenantID, OpAuthorize, in.Key))
 }
 

@@ -40,7 +40,7 @@ func (s *Service) ResolvePending(ctx context.Context, olderThan time.Duration, l
 	}
 	for _, p := range payments {
 		st.Examined++
-		out, err := s.resolvePayment(ctx, p)
+		out, err := s.resolvePayment(ctx, nil, p)
 		switch {
 		case err != nil && ErrorCode(err) == CodeInternal:
 			st.Errors++
@@ -132,8 +132,9 @@ func (s *Service) pickPendingOperations(ctx context.Context, olderThan time.Dura
 }
 
 // resolvePayment settles one pending payment: by lookup when its reference
-// is known, else by retrying the authorization with its forwarded key.
-func (s *Service) resolvePayment(ctx context.Context, p Payment) (Outcome, error) {
+// is known, else by retrying the authorization with its forwarded key. c is
+// the claim of the request resuming it, or nil for the resolver.
+func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outcome, error) {
 	ctx = WithLogAttrs(ctx, slog.String("payment_id", p.ID), slog.Int64("tenant_id", p.TenantID))
 	prov := s.providers[p.Provider]
 	if prov == nil {
@@ -141,7 +142,7 @@ func (s *Service) resolvePayment(ctx context.Context, p Payment) (Outcome, error
 	}
 	fwd := providers.ForwardedKey(p.TenantID, OpAuthorize, p.IdempotencyKey)
 	if p.ProviderRef == nil {
-		return s.authorizeAtProvider(ctx, nil, p, fwd)
+		return s.authorizeAtProvider(ctx, c, p, fwd)
 	}
 	var hold providers.Hold
 	err := s.callProvider(ctx, p, "lookup", fwd, func(ctx context.Context) error {
@@ -153,23 +154,23 @@ func (s *Service) resolvePayment(ctx context.Context, p Payment) (Outcome, error
 		if providers.KindOf(err) == providers.KindRejected && providers.CodeOf(err) == providers.CodeNotFound {
 			// The provider never finished creating it: the retry with the
 			// same key creates it (once) or replays what it did.
-			return s.authorizeAtProvider(ctx, nil, p, fwd)
+			return s.authorizeAtProvider(ctx, c, p, fwd)
 		}
 		return Outcome{Payment: p, Pending: true}, nil
 	}
 	switch hold.Status {
 	case providers.StatusAuthorized, providers.StatusDeclined:
-		return s.settleAuthorize(ctx, nil, p, hold, nil)
+		return s.settleAuthorize(ctx, c, p, hold, nil)
 	case providers.StatusCaptured, providers.StatusCanceled, providers.StatusExpired,
 		providers.StatusPartiallyRefunded, providers.StatusRefunded:
 		// The hold went on without us: settle the authorization first;
 		// reconciliation flags the rest as status_mismatch.
 		hold.Status = providers.StatusAuthorized
-		return s.settleAuthorize(ctx, nil, p, hold, nil)
+		return s.settleAuthorize(ctx, c, p, hold, nil)
 	}
 	// Not final at the provider yet (e.g. created, not confirmed): retry
 	// the authorization with the same key.
-	return s.authorizeAtProvider(ctx, nil, p, fwd)
+	return s.authorizeAtProvider(ctx, c, p, fwd)
 }
 
 // resolveOperation retries a pending capture, cancel or refund with its

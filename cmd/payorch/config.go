@@ -41,8 +41,15 @@ type config struct {
 	// empty means run one embedded in this process.
 	FakeURL string
 	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) serves requests that name
-	// no provider.
+	// no provider: fake, or stripe when STRIPE_SECRET_KEY is set.
 	DefaultProvider string
+	// StripeSecretKey (STRIPE_SECRET_KEY) enables the stripe provider.
+	StripeSecretKey string
+	// StripeAPIBase (STRIPE_API_BASE) points the stripe provider elsewhere
+	// (stripe-mock, a proxy); empty means Stripe's API.
+	StripeAPIBase string
+	// StripeTimeout (STRIPE_TIMEOUT) bounds one request to Stripe.
+	StripeTimeout time.Duration
 	// ProviderTimeout (PAYORCH_PROVIDER_TIMEOUT) bounds one provider call.
 	ProviderTimeout time.Duration
 	// IdempotencyTTL (PAYORCH_IDEMPOTENCY_TTL) is how long keys are kept,
@@ -98,6 +105,7 @@ func defaultConfig() config {
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
 
+		StripeTimeout:     30 * time.Second,
 		ReconcileSchedule: "0 3 * * *",
 		ReconcileTZ:       "UTC",
 		ReconcileGrace:    2 * time.Hour,
@@ -166,6 +174,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
 	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
 	str("PAYORCH_DEFAULT_PROVIDER", &c.DefaultProvider)
+	str("STRIPE_SECRET_KEY", &c.StripeSecretKey)
+	str("STRIPE_API_BASE", &c.StripeAPIBase)
+	dur("STRIPE_TIMEOUT", &c.StripeTimeout)
 	str("OTEL_EXPORTER_OTLP_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
@@ -199,8 +210,12 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
-	case c.DefaultProvider != "fake":
-		return fmt.Errorf("PAYORCH_DEFAULT_PROVIDER: %q is not configured (available: fake)", c.DefaultProvider)
+	case c.DefaultProvider == "stripe" && c.StripeSecretKey == "":
+		return errors.New("PAYORCH_DEFAULT_PROVIDER: stripe needs STRIPE_SECRET_KEY")
+	case c.DefaultProvider != "fake" && c.DefaultProvider != "stripe":
+		return fmt.Errorf("PAYORCH_DEFAULT_PROVIDER: %q is not a provider (fake, stripe)", c.DefaultProvider)
+	case c.StripeTimeout <= 0:
+		return errors.New("STRIPE_TIMEOUT: must be positive")
 	}
 	if _, err := time.LoadLocation(c.ReconcileTZ); err != nil {
 		return fmt.Errorf("PAYORCH_RECONCILE_TZ: %q is not an IANA time zone", c.ReconcileTZ)

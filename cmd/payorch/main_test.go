@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -301,5 +302,42 @@ func TestReconcileCommand(t *testing.T) {
 	}
 	if _, err := cli(t, env, "reconcile", "--provider", "fake", "--date", "yesterday"); err == nil || !strings.Contains(err.Error(), "YYYY-MM-DD") {
 		t.Fatalf("bad date: %v", err)
+	}
+}
+
+func TestStripeProviderIsWiredFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"DefaultStripeWithoutKey": {map[string]string{"PAYORCH_DEFAULT_PROVIDER": "stripe"}, "STRIPE_SECRET_KEY"},
+		"UnknownDefault":          {map[string]string{"PAYORCH_DEFAULT_PROVIDER": "adyen"}, "PAYORCH_DEFAULT_PROVIDER"},
+		"BadTimeout":              {map[string]string{"STRIPE_TIMEOUT": "-1s"}, "STRIPE_TIMEOUT"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := loadConfig(envOf(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want it to name %s", err, tc.want)
+			}
+		})
+	}
+	cfg, err := loadConfig(envOf(map[string]string{"STRIPE_SECRET_KEY": "sk_test_123", "STRIPE_API_BASE": "http://127.0.0.1:9",
+		"PAYORCH_FAKE_URL": "http://127.0.0.1:9", "PAYORCH_DEFAULT_PROVIDER": "stripe"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	tel, err := startTelemetry(context.Background(), cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.stop()
+	provs, stop, err := startProviders(cfg, logger, tel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(context.Background())
+	if provs["stripe"] == nil || provs["stripe"].Name() != "stripe" || provs["fake"] == nil {
+		t.Fatalf("providers %v", provs)
 	}
 }

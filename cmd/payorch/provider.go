@@ -9,6 +9,7 @@ import (
 
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/providers/stripe"
 )
 
 // startProviders returns the configured providers by name and a function
@@ -32,5 +33,15 @@ func startProviders(cfg config, logger *slog.Logger, tel *telemetry) (map[string
 		logger.Info("embedded fake provider", "url", url)
 		stop = func(ctx context.Context) { _ = r.Shutdown(ctx) }
 	}
-	return map[string]providers.Provider{"fake": fake.NewClient(url, hc)}, stop, nil
+	provs := map[string]providers.Provider{"fake": fake.NewClient(url, hc)}
+	if cfg.StripeSecretKey != "" {
+		sc, err := stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout,
+			HTTPClient: &http.Client{Transport: hc.Transport, Timeout: cfg.StripeTimeout}})
+		if err != nil {
+			stop(context.Background())
+			return nil, nil, err
+		}
+		provs["stripe"] = sc
+	}
+	return provs, stop, nil
 }
