@@ -164,26 +164,15 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	logger := newLogger(cfg)
 	if cfg.FakeURL == "" {
 		return errors.New("resolve: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
 	}
-	tel, err := startTelemetry(ctx, cfg, logger)
+	o, err := openOneShot(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer tel.stop()
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, tel)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	provs, stop, err := startProviders(cfg, logger, tel)
-	if err != nil {
-		return err
-	}
-	defer stop(context.Background())
-	st, err := newService(cfg, pool, logger, provs, tel).ResolvePending(ctx, *minAge, *limit)
+	defer o.close()
+	st, err := newService(cfg, o.pool, o.logger, o.provs, o.tel).ResolvePending(ctx, *minAge, *limit)
 	if err != nil {
 		return err
 	}
@@ -215,26 +204,15 @@ func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writ
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	logger := newLogger(cfg)
 	if cfg.FakeURL == "" && *provider == "fake" {
 		return errors.New("reconcile: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
 	}
-	tel, err := startTelemetry(ctx, cfg, logger)
+	o, err := openOneShot(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer tel.stop()
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, tel)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	provs, stop, err := startProviders(cfg, logger, tel)
-	if err != nil {
-		return err
-	}
-	defer stop(context.Background())
-	rec := newReconciler(cfg, pool, logger, provs, tel)
+	defer o.close()
+	rec := newReconciler(cfg, o.pool, o.logger, o.provs, o.tel)
 	day := rec.Yesterday()
 	if *date != "" {
 		if day, err = reconcile.ParseDate(*date); err != nil {
@@ -257,4 +235,41 @@ func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writ
 		}
 	}
 	return nil
+}
+
+// oneShot is what a one-shot command (resolve, reconcile) works with.
+type oneShot struct {
+	logger *slog.Logger
+	tel    *telemetry
+	pool   *pgxpool.Pool
+	provs  map[string]providers.Provider
+	close  func()
+}
+
+// openOneShot sets up telemetry, the database pool and the providers; close
+// releases them in reverse order.
+func openOneShot(ctx context.Context, cfg config) (*oneShot, error) {
+	o := &oneShot{logger: newLogger(cfg)}
+	tel, err := startTelemetry(ctx, cfg, o.logger)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, tel)
+	if err != nil {
+		tel.stop()
+		return nil, err
+	}
+	provs, stop, err := startProviders(cfg, o.logger, tel)
+	if err != nil {
+		pool.Close()
+		tel.stop()
+		return nil, err
+	}
+	o.tel, o.pool, o.provs = tel, pool, provs
+	o.close = func() {
+		stop(context.Background())
+		pool.Close()
+		tel.stop()
+	}
+	return o, nil
 }
