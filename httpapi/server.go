@@ -137,6 +137,7 @@ func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.yaml", s.openAPI)
 	if s.cfg.MetricsHandler != nil {
 		e.GET("/metrics", echo.WrapHandler(s.cfg.MetricsHandler))
 	}

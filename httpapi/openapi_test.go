@@ -1,0 +1,457 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers/fake"
+)
+
+// metricsStub stands in for the Prometheus handler cmd/payorch wires.
+var metricsStub = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = io.WriteString(w, "# TYPE up gauge\nup 1\n")
+})
+
+// loadOpenAPI parses and validates the embedded document.
+func loadOpenAPI(t *testing.T) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(httpapi.OpenAPI())
+	if err != nil {
+		t.Fatalf("load openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	return doc
+}
+
+// documentedOperations lists the document's operations as "METHOD /path".
+func documentedOperations(doc *openapi3.T) []string {
+	var ops []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			ops = append(ops, method+" "+path)
+		}
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+
+	t.Run("ProblemCodesAreEveryCode", func(t *testing.T) {
+		codes := map[string]bool{}
+		for _, v := range doc.Components.Schemas["Problem"].Value.Properties["code"].Value.Enum {
+			codes[v.(string)] = true
+		}
+		want := []orchestrator.Code{
+			orchestrator.CodeIdempotencyKeyMissing, orchestrator.CodeIdempotencyKeyInvalid,
+			orchestrator.CodeIdempotencyKeyReused, orchestrator.CodeIdempotencyKeyInUse,
+			orchestrator.CodeValidationFailed, orchestrator.CodePaymentDeclined, orchestrator.CodePaymentStateConflict,
+			orchestrator.CodeAmountExceedsAuthorized, orchestrator.CodeNotFound, orchestrator.CodeConflict,
+			orchestrator.CodeMethodNotAllowed, orchestrator.CodeUnauthorized, orchestrator.CodeForbidden,
+			orchestrator.CodeBodyTooLarge, orchestrator.CodeUnsupportedMediaType, orchestrator.CodeProviderUnavailable,
+			orchestrator.CodeRateLimited, orchestrator.CodeUnavailable, orchestrator.CodeInternal,
+		}
+		for _, c := range want {
+			if !codes[string(c)] {
+				t.Errorf("Problem.code lacks %q", c)
+			}
+		}
+		if len(codes) != len(want) {
+			t.Errorf("Problem.code has %d codes, orchestrator %d", len(codes), len(want))
+		}
+	})
+
+	t.Run("EveryRouteIsDocumentedAndTheReverse", func(t *testing.T) {
+		e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub})
+		var routes []string
+		for _, r := range e.srv.Echo().Routes() {
+			// Skip newEnv's test-only routes and Echo's own not-found
+			// routes of the /v1 group.
+			if strings.HasPrefix(r.Path, "/test/") || r.Method == echo.RouteNotFound {
+				continue
+			}
+			path := r.Path
+			for _, seg := range strings.Split(r.Path, "/") {
+				if strings.HasPrefix(seg, ":") {
+					path = strings.Replace(path, seg, "{"+seg[1:]+"}", 1)
+				}
+			}
+			routes = append(routes, r.Method+" "+path)
+		}
+		sort.Strings(routes)
+		routes = slices.Compact(routes)
+		documented := documentedOperations(doc)
+		for _, r := range routes {
+			if !slices.Contains(documented, r) {
+				t.Errorf("route %s is not in openapi.yaml", r)
+			}
+		}
+		for _, op := range documented {
+			if !slices.Contains(routes, op) {
+				t.Errorf("openapi.yaml documents %s, which the router lacks", op)
+			}
+		}
+	})
+}
+
+// contract drives the real server and validates every request and
+// response against openapi.yaml.
+type contract struct {
+	*env
+	router routers.Router
+	// exercised counts the documented operations the flows hit.
+	exercised map[string]bool
+}
+
+func newContract(t *testing.T) *contract {
+	t.Helper()
+	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub})
+	doc := loadOpenAPI(t)
+	doc.Servers = openapi3.Servers{{URL: e.url}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &contract{env: e, router: router, exercised: map[string]bool{}}
+}
+
+// call is one request of a flow.
+type call struct {
+	method, path string
+	apiKey       string
+	idemKey      string
+	body         string
+	hdr          map[string]string
+	// offContract: the request breaks the document on purpose (to see the
+	// server refuse it); the validator must refuse it too.
+	offContract bool
+}
+
+func bearerOnly(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	if in.SecurityScheme.Type != "http" || in.SecurityScheme.Scheme != "bearer" {
+		return fmt.Errorf("unexpected security scheme %s %s", in.SecurityScheme.Type, in.SecurityScheme.Scheme)
+	}
+	scheme, key, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+		return fmt.Errorf("no bearer API key")
+	}
+	return nil
+}
+
+// do sends c, validating the request and the response against the
+// document; any violation fails the test.
+func (ct *contract) do(t *testing.T, c call) (*http.Response, []byte) {
+	t.Helper()
+	newReq := func() *http.Request {
+		var body io.Reader
+		if c.body != "" {
+			body = strings.NewReader(c.body)
+		}
+		req, err := http.NewRequest(c.method, ct.url+c.path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if c.apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+c.apiKey)
+		}
+		if c.idemKey != "" {
+			req.Header.Set("Idempotency-Key", c.idemKey)
+		}
+		for k, v := range c.hdr {
+			req.Header.Set(k, v)
+		}
+		return req
+	}
+
+	// Validate a copy, so the request sent is untouched by the validator.
+	vreq := newReq()
+	route, params, err := ct.router.FindRoute(vreq)
+	if err != nil {
+		t.Fatalf("%s %s: no operation in openapi.yaml: %v", c.method, c.path, err)
+	}
+	ct.exercised[route.Method+" "+route.Path] = true
+	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: bearerOnly, MultiError: true}}
+	err = openapi3filter.ValidateRequest(context.Background(), in)
+	switch {
+	case c.offContract && err == nil:
+		t.Fatalf("%s %s: the request is meant to break the document, yet it validates", c.method, c.path)
+	case !c.offContract && err != nil:
+		t.Fatalf("%s %s: request does not match openapi.yaml: %v", c.method, c.path, err)
+	}
+
+	res, err := http.DefaultClient.Do(newReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 res.StatusCode,
+		Header:                 res.Header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Fatalf("%s %s: %d response does not match openapi.yaml: %v\nheaders %v\nbody %s",
+			c.method, c.path, res.StatusCode, err, res.Header, body)
+	}
+	return res, body
+}
+
+func wantStatus(t *testing.T, res *http.Response, body []byte, status int) {
+	t.Helper()
+	if res.StatusCode != status {
+		t.Fatalf("status %d, want %d; body %s", res.StatusCode, status, body)
+	}
+}
+
+// TestOpenAPIContract drives the server through its main flows; every
+// request and response must match openapi.yaml, and every documented
+// operation must be exercised.
+func TestOpenAPIContract(t *testing.T) {
+	t.Parallel()
+	ct := newContract(t)
+	merchant := ct.keys[orchestrator.RoleMerchant]
+	support := ct.keys[orchestrator.RoleSupport]
+	finance := ct.keys[orchestrator.RoleFinance]
+	admin := ct.keys[orchestrator.RoleAdmin]
+	ctx := context.Background()
+
+	t.Run("Health", func(t *testing.T) {
+		res, b := ct.do(t, call{method: "GET", path: "/healthz"})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/readyz"})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/metrics"})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/openapi.yaml"})
+		wantStatus(t, res, b, 200)
+		if !bytes.Equal(b, httpapi.OpenAPI()) || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/yaml") {
+			t.Fatalf("/openapi.yaml serves %q, not the embedded document", res.Header.Get("Content-Type"))
+		}
+	})
+
+	t.Run("Keys", func(t *testing.T) {
+		for _, k := range []string{merchant, support, finance, admin} {
+			res, b := ct.do(t, call{method: "GET", path: "/v1/me", apiKey: k})
+			wantStatus(t, res, b, 200)
+		}
+		res, b := ct.do(t, call{method: "GET", path: "/v1/tenants", apiKey: admin})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/api_keys", apiKey: admin})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: fmt.Sprintf("/v1/api_keys?tenant_id=%d", ct.tenant), apiKey: admin})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/tenants", apiKey: merchant})
+		wantProblem(t, res, b, 403, "forbidden")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/me", apiKey: "nope"})
+		wantProblem(t, res, b, 401, "unauthorized")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/me", offContract: true})
+		wantProblem(t, res, b, 401, "unauthorized")
+	})
+
+	var pay, other payment
+	t.Run("Payments", func(t *testing.T) {
+		body := `{"amount_minor":1000,"currency":"EUR","description":"order 1","metadata":{"order":"1"}}`
+		res, b := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-1", body: body})
+		wantStatus(t, res, b, 201)
+		pay = decode[payment](t, b)
+		res, b2 := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-1", body: body})
+		wantStatus(t, res, b2, 201)
+		if res.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(b, b2) {
+			t.Fatalf("replay: %v %s", res.Header, b2)
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-1",
+			body: `{"amount_minor":2000,"currency":"EUR"}`})
+		wantProblem(t, res, b, 409, "idempotency_key_reused")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-decline",
+			body: `{"amount_minor":1000,"currency":"EUR","payment_method":"pm_card_chargeDeclinedInsufficientFunds"}`})
+		wantProblem(t, res, b, 402, "payment_declined")
+
+		capture := "/v1/payments/" + pay.ID + "/capture"
+		res, b = ct.do(t, call{method: "POST", path: capture, apiKey: merchant, idemKey: "c-over", body: `{"amount_minor":5000}`})
+		wantProblem(t, res, b, 422, "amount_exceeds_authorized")
+		res, b = ct.do(t, call{method: "POST", path: capture, apiKey: merchant, idemKey: "c-cap", body: `{"amount_minor":600}`})
+		wantStatus(t, res, b, 200)
+		if p := decode[payment](t, b); p.Status != "captured" || p.CapturedMinor != 600 {
+			t.Fatalf("partial capture: %s", b)
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + pay.ID + "/refunds", apiKey: merchant,
+			idemKey: "c-ref", body: `{"amount_minor":100}`})
+		wantStatus(t, res, b, 201)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + pay.ID + "/refunds", apiKey: merchant,
+			idemKey: "c-ref-all"})
+		wantStatus(t, res, b, 201)
+
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-2",
+			body: `{"amount_minor":2500,"currency":"USD"}`})
+		wantStatus(t, res, b, 201)
+		other = decode[payment](t, b)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/cancel", apiKey: merchant, idemKey: "c-can"})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/capture", apiKey: merchant,
+			idemKey: "c-cap-2", body: `{}`})
+		wantProblem(t, res, b, 409, "payment_state_conflict")
+	})
+	if pay.ID == "" || other.ID == "" {
+		t.FailNow()
+	}
+
+	t.Run("Refusals", func(t *testing.T) {
+		// Well-formed for the document, refused by the server: no such currency.
+		res, b := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-zzz",
+			body: `{"amount_minor":100,"currency":"ZZZ"}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		// Off the document, and refused by the server as well.
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-str",
+			body: `{"amount_minor":"100","currency":"EUR"}`, offContract: true})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-x",
+			body: `{"amount_minor":100,"currency":"EUR","colour":"red"}`, offContract: true})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant,
+			body: `{"amount_minor":100,"currency":"EUR"}`, offContract: true})
+		wantProblem(t, res, b, 400, "idempotency_key_missing")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: support, idemKey: "c-sup",
+			body: `{"amount_minor":100,"currency":"EUR"}`})
+		wantProblem(t, res, b, 403, "forbidden")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/pay_00000000000000000000000000000000", apiKey: merchant})
+		wantProblem(t, res, b, 404, "not_found")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/pay_00000000000000000000000000000000/cancel",
+			apiKey: merchant, idemKey: "c-404"})
+		wantProblem(t, res, b, 404, "not_found")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?tenant_id=1", apiKey: merchant})
+		wantProblem(t, res, b, 400, "validation_failed")
+	})
+
+	t.Run("ReadPayments", func(t *testing.T) {
+		res, b := ct.do(t, call{method: "GET", path: "/v1/payments/" + pay.ID, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + pay.ID, apiKey: support})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?limit=1", apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		page := decode[struct {
+			Data    []payment `json:"data"`
+			HasMore bool      `json:"has_more"`
+		}](t, b)
+		if len(page.Data) != 1 || !page.HasMore {
+			t.Fatalf("first page: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?limit=100&status=captured&starting_after=" + page.Data[0].ID, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?created_gte=" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), apiKey: finance})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?idempotency_key=c-1", apiKey: support})
+		wantStatus(t, res, b, 200)
+		if got := decode[struct{ Data []payment }](t, b); len(got.Data) != 1 || got.Data[0].ID != pay.ID {
+			t.Fatalf("look-up by key: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: fmt.Sprintf("/v1/payments?idempotency_key=c-1&tenant_id=%d", ct.tenant), apiKey: finance})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + pay.ID + "/events", apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + other.ID + "/events", apiKey: support})
+		wantStatus(t, res, b, 200)
+	})
+
+	t.Run("Reconciliation", func(t *testing.T) {
+		res, b := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-rec",
+			body: `{"amount_minor":700,"currency":"EUR"}`})
+		wantStatus(t, res, b, 201)
+		drifted := decode[payment](t, b)
+		if err := ct.fake.Drift(ctx, fake.Drift{Kind: fake.DriftAmount, Ref: *drifted.ProviderRef,
+			Field: fake.AmountAuthorized, AmountMinor: 800}); err != nil {
+			t.Fatal(err)
+		}
+		body := `{"provider":"fake","date":"` + time.Now().UTC().Format(time.DateOnly) + `"}`
+		res, b = ct.do(t, call{method: "POST", path: "/v1/reconciliation/runs", apiKey: finance, idemKey: "r-1", body: body})
+		wantStatus(t, res, b, 202)
+		run := decode[runJSON](t, b)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/reconciliation/runs", apiKey: finance, idemKey: "r-1", body: body})
+		wantStatus(t, res, b, 202)
+		runPath := fmt.Sprintf("/v1/reconciliation/runs/%d", run.ID)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			res, b = ct.do(t, call{method: "GET", path: runPath, apiKey: finance})
+			wantStatus(t, res, b, 200)
+			if run = decode[runJSON](t, b); run.Status != "running" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d still running", run.ID)
+			}
+		}
+		if run.Status != "succeeded" || run.DiscrepancyCount < 1 {
+			t.Fatalf("run %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/runs?provider=fake&limit=10", apiKey: admin})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: runPath + "/discrepancies?type=amount_mismatch&status=open&limit=10", apiKey: finance})
+		wantStatus(t, res, b, 200)
+		ds := decode[struct {
+			Data []struct {
+				ID int64 `json:"id"`
+			} `json:"data"`
+		}](t, b)
+		if len(ds.Data) != 1 {
+			t.Fatalf("discrepancies: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: runPath + "/discrepancies", apiKey: finance,
+			hdr: map[string]string{"Accept": "text/csv"}})
+		wantStatus(t, res, b, 200)
+		if !strings.HasPrefix(res.Header.Get("Content-Type"), "text/csv") {
+			t.Fatalf("csv Content-Type %q", res.Header.Get("Content-Type"))
+		}
+		res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/runs/999999", apiKey: finance})
+		wantProblem(t, res, b, 404, "not_found")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/runs", apiKey: support})
+		wantProblem(t, res, b, 403, "forbidden")
+
+		resolve := fmt.Sprintf("/v1/reconciliation/discrepancies/%d/resolve", ds.Data[0].ID)
+		res, b = ct.do(t, call{method: "POST", path: resolve, apiKey: finance, idemKey: "res-1", body: `{"note":"provider corrected it"}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: resolve, apiKey: finance, idemKey: "res-2", body: `{"note":"again"}`})
+		wantProblem(t, res, b, 409, "conflict")
+		res, b = ct.do(t, call{method: "POST", path: resolve, apiKey: finance, idemKey: "res-3", body: `{"note":""}`, offContract: true})
+		wantProblem(t, res, b, 400, "validation_failed")
+	})
+
+	if t.Failed() {
+		return // a flow stopped early; its operations were not all reached
+	}
+	for _, op := range documentedOperations(loadOpenAPI(t)) {
+		if !ct.exercised[op] {
+			t.Errorf("no flow exercises %s", op)
+		}
+	}
+}
