@@ -1,6 +1,6 @@
 # payorch — see README.md. `make run` and `make test` need only Go; PostgreSQL
-# binaries are found on the machine (or installed on Debian when root), and
-# stripe-mock is installed with `go install` on first use.
+# binaries and Chromium are found on the machine (or installed from Debian's
+# packages when root), and stripe-mock is installed with `go install`.
 
 GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 STRIPE_MOCK_VERSION := v0.203.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: run test tools build vet bench clean
+.PHONY: run test tools apt-install build vet bench clean
 
 ## run: the whole product on an embedded PostgreSQL, API on http://127.0.0.1:8080
 run: build
@@ -26,11 +26,22 @@ build:
 vet:
 	$(GO) vet ./...
 
-## tools: what the tests drive besides PostgreSQL: stripe-mock (the Stripe
-## adapter's request shapes are checked against it), installed once
+## tools: what the tests drive, installed once when missing: PostgreSQL
+## server binaries and Chromium (Debian's packages, as root), stripe-mock
+## (go install; the Stripe adapter's request shapes are checked against it)
 tools:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		$(MAKE) --no-print-directory apt-install PKG=postgresql
+	@command -v chromium >/dev/null || $(MAKE) --no-print-directory apt-install PKG=chromium
 	@test -x "$(GOBIN)/stripe-mock" || command -v stripe-mock >/dev/null || \
 		$(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+apt-install:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(PKG); \
+	else \
+		echo "make: the tests need $(PKG); install it (Debian/Ubuntu: sudo apt-get install $(PKG))" >&2; exit 1; \
+	fi
 
 ## bench: the benchmarks whose numbers go in BENCHMARKS.md (minutes, not
 ## seconds; -p 1 so that nothing else builds or runs while one is measured)

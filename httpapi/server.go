@@ -71,6 +71,7 @@ type Server struct {
 	cfg      Config
 	now      func() time.Time
 	tel      *telemetry
+	console  *console
 
 	// Work started by requests that outlives them (reconciliation runs);
 	// Serve cancels and waits for it on shutdown.
@@ -127,7 +128,7 @@ func New(cfg Config) *Server {
 			},
 		}),
 		middleware.BodyLimit("64K"),
-		requireJSON,
+		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
 	)
 	s.routes()
 	return s

@@ -1,0 +1,124 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bojanz/currency"
+
+	"github.com/payorch/payorch/reconcile"
+)
+
+// formatMinor writes an amount in minor units with the decimal point where
+// the currency puts it (JPY 0 digits, EUR 2, KWD 3), grouped by thousands,
+// followed by the currency code. Integer arithmetic only.
+func formatMinor(minor int64, code string) string {
+	digits, ok := currency.GetDigits(strings.ToUpper(code))
+	if !ok {
+		digits = 2
+	}
+	neg := minor < 0
+	var u uint64
+	if neg {
+		u = uint64(-(minor + 1)) + 1 // safe for math.MinInt64
+	} else {
+		u = uint64(minor)
+	}
+	s := strconv.FormatUint(u, 10)
+	if len(s) <= int(digits) {
+		s = strings.Repeat("0", int(digits)-len(s)+1) + s
+	}
+	whole, frac := s[:len(s)-int(digits)], s[len(s)-int(digits):]
+	var b strings.Builder
+	if neg {
+		b.WriteString("−")
+	}
+	for i, r := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if digits > 0 {
+		b.WriteByte('.')
+		b.WriteString(frac)
+	}
+	if code != "" {
+		b.WriteString("\u00a0")
+		b.WriteString(strings.ToUpper(code))
+	}
+	return b.String()
+}
+
+// statusBadge is the CSS class of a status badge: good, bad, warn or
+// neutral.
+func statusBadge(status string) string {
+	switch status {
+	case "authorized", "captured", "succeeded", "resolved", "ok", "success", "completed":
+		return "good"
+	case "failed", "declined", "error", "open", "expired":
+		return "bad"
+	case "pending", "running", "unknown", "partially_refunded", "timeout":
+		return "warn"
+	}
+	return "neutral"
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+
+func formatTimePtr(t *time.Time) string {
+	if t == nil {
+		return "—"
+	}
+	return formatTime(*t)
+}
+
+func derefString(p *string) string {
+	if p == nil {
+		return "—"
+	}
+	return *p
+}
+
+func derefInt(p *int64) string {
+	if p == nil {
+		return "—"
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+func compactJSON(v any) string {
+	if m, ok := v.(map[string]any); ok && len(m) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func discrepancyCategories() []string { return reconcile.Categories }
+
+func formatMillis(p *float64) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*p, 'f', 0, 64) + " ms"
+}
+
+// discrepancyValue shows an expected or actual value of a discrepancy: an
+// amount (minor units in the discrepancy's currency) formatted as money,
+// anything else as it is.
+func discrepancyValue(d reconcile.Discrepancy, v string) string {
+	if d.Category != reconcile.AmountMismatch || d.Currency == "" {
+		return v
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return v
+	}
+	return formatMinor(n, d.Currency)
+}

@@ -1,0 +1,102 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// searchPage is the data of the support search.
+type searchPage struct {
+	Query    string
+	Tenant   string
+	Searched bool
+	Merchant bool
+	Results  []orchestrator.Payment
+	Message  string
+}
+
+func (p searchPage) notice() (string, string) { return "", p.Message }
+
+// consoleSearch: GET /console/search?q=&tenant= finds payments by payment
+// id or idempotency key; a merchant sees its own tenant only.
+func (s *Server) consoleSearch(c echo.Context) error {
+	sess := consoleSessionOf(c)
+	sc := orchestrator.ScopeOf(sess.Principal)
+	page := searchPage{
+		Query:    strings.TrimSpace(c.QueryParam("q")),
+		Tenant:   strings.TrimSpace(c.QueryParam("tenant")),
+		Merchant: sess.Principal.Role == orchestrator.RoleMerchant,
+	}
+	if page.Query == "" {
+		return s.render(c, http.StatusOK, "search", "Find a payment", page)
+	}
+	if page.Tenant != "" {
+		if page.Merchant {
+			page.Message = "A merchant key reads its own tenant only; leave the tenant empty."
+			return s.render(c, http.StatusBadRequest, "search", "Find a payment", page)
+		}
+		id, err := strconv.ParseInt(page.Tenant, 10, 64)
+		if err != nil || id <= 0 {
+			page.Message = "The tenant must be a positive whole number."
+			return s.render(c, http.StatusBadRequest, "search", "Find a payment", page)
+		}
+		sc.TenantID = id
+	}
+	if err := orchestrator.ValidateIdempotencyKey(page.Query, true); err != nil {
+		page.Message = "Search for a payment id (pay_…) or an idempotency key: 1 to 255 printable ASCII characters."
+		return s.render(c, http.StatusBadRequest, "search", "Find a payment", page)
+	}
+	page.Searched = true
+	ctx := c.Request().Context()
+	if validID(page.Query) {
+		p, err := s.svc.GetPayment(ctx, sc, page.Query)
+		switch {
+		case err == nil:
+			page.Results = append(page.Results, p)
+		case orchestrator.ErrorCode(err) != orchestrator.CodeNotFound:
+			return s.consoleError(c, err)
+		}
+	}
+	byKey, err := s.svc.PaymentsByKey(ctx, sc, page.Query)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	for _, p := range byKey {
+		if len(page.Results) == 0 || page.Results[0].ID != p.ID {
+			page.Results = append(page.Results, p)
+		}
+	}
+	return s.render(c, http.StatusOK, "search", "Find a payment", page)
+}
+
+// paymentPage is the data of a payment's page.
+type paymentPage struct {
+	Payment orchestrator.Payment
+	Events  []orchestrator.Event
+}
+
+// consolePayment: GET /console/payments/{id}: amounts, state, provider
+// reference, capture deadline and the full timeline. Another tenant's
+// payment is a 404 to a merchant.
+func (s *Server) consolePayment(c echo.Context) error {
+	id := c.Param("id")
+	if !validID(id) {
+		return s.consoleError(c, orchestrator.Errorf(orchestrator.CodeNotFound, "There is no payment %q.", id))
+	}
+	sc := orchestrator.ScopeOf(consoleSessionOf(c).Principal)
+	ctx := c.Request().Context()
+	p, err := s.svc.GetPayment(ctx, sc, id)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	evs, err := s.svc.PaymentEvents(ctx, sc, id)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, paymentPage{Payment: p, Events: evs})
+}
