@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,7 +20,13 @@ import (
 	"github.com/payorch/payorch/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	pgtest.Main(m, func() {
+		if binPath != "" {
+			_ = os.RemoveAll(filepath.Dir(binPath)) // the binary payorchBinary built
+		}
+	})
+}
 
 type syncBuffer struct {
 	mu sync.Mutex

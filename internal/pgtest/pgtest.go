@@ -53,9 +53,14 @@ var (
 // started. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+//
+// cleanups run after the tests, before the cluster stops.
+func Main(m *testing.M, cleanups ...func()) {
 	mainCalled = true
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	shutdown()
 	os.Exit(code)
 }

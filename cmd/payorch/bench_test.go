@@ -1,0 +1,680 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/internal/pgcluster"
+	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// The load BenchmarkServe applies (BENCHMARKS.md explains the choices).
+const (
+	// benchClients is the number of concurrent HTTP clients, and of
+	// pgbench clients.
+	benchClients = 16
+	// benchWarmup is how long new authorizes run, unmeasured, before the
+	// scenarios: it opens and warms the server's database connections.
+	benchWarmup = 5 * time.Second
+	// pgbench runs for benchPgbenchWarmup+benchPgbenchMeasure; only the
+	// transactions that end in the last benchPgbenchMeasure count, because
+	// its connections are new (see warm-up in BENCHMARKS.md).
+	benchPgbenchWarmup  = 5 * time.Second
+	benchPgbenchMeasure = 10 * time.Second
+	// benchReplayKeys is how many completed keys the replay scenarios
+	// cycle through.
+	benchReplayKeys = 256
+	// benchStormSize is how many identical requests DuplicateStorm sends
+	// per key.
+	benchStormSize = 16
+	// benchBody is the body of every authorize.
+	benchBody = `{"amount_minor":1000,"currency":"EUR"}`
+	// benchHotPathScript is the pgbench script of one new authorize's SQL.
+	benchHotPathScript = "../../testdata/bench/authorize_hot_path.sql"
+)
+
+// BenchmarkServe puts HTTP load on one `payorch serve` process with its
+// embedded fake provider (zero latency) on a throw-away database of the
+// test cluster. One op is one HTTP request; each scenario reports req/s,
+// the p50 and p99 latency and the CPU each process spent per request, of
+// its last run. NewAuthorize also reports pgbench running the same SQL on
+// the same database (the floor it is measured against). Run it as `make
+// bench` does (BENCHMARKS.md).
+func BenchmarkServe(b *testing.B) {
+	e := newBenchEnv(b)
+	b.Run("NewAuthorize", e.newAuthorize)
+	b.Run("Replay", func(b *testing.B) { e.replay(b, benchClients) })
+	b.Run("ReplayOneClient", func(b *testing.B) { e.replay(b, 1) })
+	b.Run("DuplicateStorm", e.duplicateStorm)
+}
+
+// benchEnv is one database, one merchant and one serve process, shared by
+// the scenarios.
+type benchEnv struct {
+	dbURL    string
+	pool     *pgxpool.Pool
+	tenantID int64
+	keyID    string
+	apiKey   string
+	base     string
+	client   *http.Client
+	serve    *exec.Cmd
+	logs     *syncBuffer
+	run      atomic.Int64 // numbers the runs, so keys never repeat
+
+	postmaster int // pid, for the cluster's CPU time
+	pg         pgbenchResult
+
+	replayOnce   sync.Once
+	replayKeys   []string
+	replayBodies [][]byte
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	dbURL := pgtest.URL(b)
+	pool := pgtest.Pool(b, dbURL)
+	tenant, key, secret, err := orchestrator.NewService(orchestrator.Config{Pool: pool}).CreateTenant(context.Background(), "Bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &benchEnv{dbURL: dbURL, pool: pool, tenantID: tenant.ID, keyID: key.ID, apiKey: secret, logs: &syncBuffer{}}
+	var backend int
+	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		b.Fatal(err)
+	}
+	if e.postmaster = parentPID(backend); e.postmaster <= 1 {
+		b.Fatalf("no postmaster found for backend %d", backend)
+	}
+	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4 * benchClients,
+		MaxIdleConnsPerHost: 4 * benchClients,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+	b.Cleanup(e.client.CloseIdleConnections)
+	e.startServe(b)
+
+	// Warm the server's pool up (its connections are new backends, slow
+	// for their first seconds). Then ANALYZE, as autovacuum would within
+	// its first minute: plans the server cached while the tables were
+	// empty scan every payment of the tenant (BENCHMARKS.md), and the
+	// statistics invalidate them. Then take the pgbench figure, once.
+	e.load(b, benchClients, benchWarmup, func(i int) error { return e.newKey(fmt.Sprintf("warmup-%d", i)) })
+	if _, err := pool.Exec(context.Background(), `ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+	e.pg = e.pgbench(b)
+	return e
+}
+
+// startServe runs `payorch serve` without PAYORCH_FAKE_URL, so it starts
+// its own fake provider in-process, and waits until /readyz answers 200.
+func (e *benchEnv) startServe(b *testing.B) {
+	b.Helper()
+	bin, err := benchBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "serve", "--listen", addr)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + e.dbURL,
+		"PAYORCH_LOG_LEVEL=warn", "PAYORCH_RATE_LIMIT=0"}
+	cmd.Stdout, cmd.Stderr = e.logs, e.logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	e.serve = cmd
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		if b.Failed() {
+			b.Logf("payorch serve logs:\n%s", tail(e.logs.String(), 4000))
+		}
+	})
+	e.base = "http://" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := e.client.Get(e.base + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("payorch serve did not become ready:\n%s", e.logs.String())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// benchBinary builds the binary once per test binary, as payorchBinary
+// does (which takes a *testing.T).
+func benchBinary() (string, error) {
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "payorch-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "payorch")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	return binPath, binErr
+}
+
+// benchAnswer is what one POST /v1/payments got.
+type benchAnswer struct {
+	status     int
+	replayed   bool
+	retryAfter string
+	body       []byte
+}
+
+func (e *benchEnv) authorize(key string) (benchAnswer, error) {
+	req, err := http.NewRequest(http.MethodPost, e.base+"/v1/payments", strings.NewReader(benchBody))
+	if err != nil {
+		return benchAnswer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.apiKey)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := e.client.Do(req)
+	if err != nil {
+		return benchAnswer{}, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return benchAnswer{status: res.StatusCode, replayed: res.Header.Get("Idempotent-Replayed") == "true",
+		retryAfter: res.Header.Get("Retry-After"), body: body}, err
+}
+
+// newKey authorizes under a key never used before: the answer must be a
+// fresh 201.
+func (e *benchEnv) newKey(key string) error {
+	a, err := e.authorize(key)
+	if err != nil {
+		return err
+	}
+	if a.status != http.StatusCreated || a.replayed {
+		return fmt.Errorf("answer %d replayed=%v: %s", a.status, a.replayed, a.body)
+	}
+	return nil
+}
+
+// cpuTimes is the CPU time (user+system) spent so far by the load
+// generator (this process), the serve process (with its embedded fake) and
+// the cluster: the postmaster, its live children (backends, background
+// workers) and the children it has reaped (pgbench's backends, once
+// pgbench is done).
+type cpuTimes struct {
+	client, serve, pg time.Duration
+	pgProcs           int           // the postmaster's live children
+	machine           time.Duration // busy time of all CPUs (/proc/stat)
+}
+
+// others is the CPU time the machine spent on anything but ours (extra),
+// the load generator, the server and the cluster.
+func (t cpuTimes) others(extra time.Duration) time.Duration {
+	return t.machine - t.client - t.serve - t.pg - extra
+}
+
+func (t cpuTimes) sub(u cpuTimes) cpuTimes {
+	return cpuTimes{client: t.client - u.client, serve: t.serve - u.serve, pg: t.pg - u.pg, machine: t.machine - u.machine}
+}
+
+func (e *benchEnv) cpu() cpuTimes {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	t := cpuTimes{client: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), serve: procCPU(e.serve.Process.Pid, false),
+		machine: machineBusy()}
+	t.pg = procCPU(e.postmaster, true)
+	entries, _ := os.ReadDir("/proc")
+	for _, d := range entries {
+		if pid, err := strconv.Atoi(d.Name()); err == nil && parentPID(pid) == e.postmaster {
+			t.pg += procCPU(pid, false)
+			t.pgProcs++
+		}
+	}
+	return t
+}
+
+// machineBusy is the time all CPUs spent not idle: user, nice, system,
+// irq, softirq and steal of /proc/stat's first line, in clock ticks.
+func machineBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	var ticks int64
+	for i, v := range f {
+		if i == 0 || i == 4 || i == 5 || i > 8 { // the label, idle, iowait, guest
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name.
+func procStat(pid int) []string {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(raw[i+1:]))
+}
+
+func parentPID(pid int) int {
+	f := procStat(pid)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// procCPU is utime+stime of pid (fields 14 and 15 of /proc/pid/stat, in
+// clock ticks of 10 ms), plus cutime+cstime (its reaped children's) when
+// children is set.
+func procCPU(pid int, children bool) time.Duration {
+	f := procStat(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	var ticks int64
+	last := 12
+	if children {
+		last = 14
+	}
+	for i := 11; i <= last; i++ {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// loadResult is one run of the load generator.
+type loadResult struct {
+	elapsed time.Duration
+	latency []time.Duration // sorted
+	cpu     cpuTimes        // spent during the run
+}
+
+func (r loadResult) perSecond() float64 {
+	return float64(len(r.latency)) / r.elapsed.Seconds()
+}
+
+// percentile returns the q-th percentile (0 < q ≤ 100) of the sorted
+// sample, nearest rank, in milliseconds.
+func percentile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(float64(len(sorted))*q/100+0.999999) - 1
+	rank = max(0, min(rank, len(sorted)-1))
+	return float64(sorted[rank].Microseconds()) / 1000
+}
+
+func perOpMS(d time.Duration, n int) float64 {
+	return float64(d.Microseconds()) / 1000 / float64(n)
+}
+
+// othersPct is the share of the machine's CPUs that other processes used
+// during elapsed: a disturbed run shows here.
+func othersPct(d, elapsed time.Duration) float64 {
+	return max(0, 100*d.Seconds()/(elapsed.Seconds()*float64(runtime.NumCPU())))
+}
+
+func (r loadResult) report(b *testing.B) {
+	n := len(r.latency)
+	b.ReportMetric(r.perSecond(), "req/s")
+	b.ReportMetric(percentile(r.latency, 50), "p50_ms")
+	b.ReportMetric(percentile(r.latency, 99), "p99_ms")
+	b.ReportMetric(perOpMS(r.cpu.serve, n), "serve_cpu_ms/op")
+	b.ReportMetric(perOpMS(r.cpu.pg, n), "pg_cpu_ms/op")
+	b.ReportMetric(perOpMS(r.cpu.client, n), "client_cpu_ms/op")
+	b.ReportMetric(othersPct(r.cpu.others(0), r.elapsed), "others_cpu_pct")
+}
+
+// load sends requests 0, 1, … from clients concurrent clients, timing each
+// one: b.N requests or, when d is positive, as many as d allows. do sends
+// request i and checks its answer. The benchmark timer runs only during
+// the load. The first error fails the benchmark once every client has
+// stopped.
+func (e *benchEnv) load(b *testing.B, clients int, d time.Duration, do func(i int) error) loadResult {
+	b.Helper()
+	n := b.N
+	if d > 0 {
+		n = 1 << 40
+	}
+	var (
+		next    atomic.Int64
+		failed  atomic.Bool
+		errOnce sync.Once
+		first   error
+		mu      sync.Mutex
+		latency []time.Duration
+		wg      sync.WaitGroup
+	)
+	cpu0 := e.cpu()
+	b.ResetTimer()
+	b.StartTimer()
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, 1024)
+			defer func() {
+				mu.Lock()
+				latency = append(latency, mine...)
+				mu.Unlock()
+			}()
+			for !failed.Load() && (d == 0 || time.Since(start) < d) {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				err := do(i)
+				mine = append(mine, time.Since(t0))
+				if err != nil {
+					failed.Store(true)
+					errOnce.Do(func() { first = fmt.Errorf("request %d: %w", i, err) })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu1 := e.cpu()
+	if first != nil {
+		b.Fatal(first)
+	}
+	slices.Sort(latency)
+	return loadResult{elapsed: elapsed, latency: latency, cpu: cpu1.sub(cpu0)}
+}
+
+// newAuthorize: every request a new Idempotency-Key, so every request is a
+// full authorization (key claim, payment, provider create and confirm,
+// settlement, completion). Reported next to pgbench running the same SQL
+// with as many clients on the same database.
+func (e *benchEnv) newAuthorize(b *testing.B) {
+	run := e.run.Add(1)
+	res := e.load(b, benchClients, 0, func(i int) error { return e.newKey(fmt.Sprintf("new-%d-%d", run, i)) })
+	res.report(b)
+	b.ReportMetric(e.pg.tps, "pgbench_tps")
+	b.ReportMetric(e.pg.p50, "pgbench_p50_ms")
+	b.ReportMetric(e.pg.p99, "pgbench_p99_ms")
+	b.ReportMetric(e.pg.pgCPU, "pgbench_pg_cpu_ms/op")
+	b.ReportMetric(e.pg.ownCPU, "pgbench_client_cpu_ms/op")
+	b.ReportMetric(e.pg.others, "pgbench_others_cpu_pct")
+	b.ReportMetric(100*res.perSecond()/e.pg.tps, "pct_of_pgbench")
+	b.Logf("%d requests in %s; pgbench: %s", len(res.latency), res.elapsed.Round(time.Millisecond), e.pg.summary)
+}
+
+// replay: benchReplayKeys keys are authorized once (not timed), then
+// replayed round robin from clients clients; every answer must be the
+// stored 201, byte for byte, marked Idempotent-Replayed.
+func (e *benchEnv) replay(b *testing.B, clients int) {
+	e.replayOnce.Do(func() {
+		for k := range benchReplayKeys {
+			key := fmt.Sprintf("replay-%d", k)
+			a, err := e.authorize(key)
+			if err != nil || a.status != http.StatusCreated {
+				b.Fatalf("authorize %s: %d %v %s", key, a.status, err, a.body)
+			}
+			e.replayKeys = append(e.replayKeys, key)
+			e.replayBodies = append(e.replayBodies, a.body)
+		}
+	})
+	if len(e.replayKeys) != benchReplayKeys {
+		b.Fatal("replay keys were not set up")
+	}
+	res := e.load(b, clients, 0, func(i int) error {
+		k := i % benchReplayKeys
+		a, err := e.authorize(e.replayKeys[k])
+		if err != nil {
+			return err
+		}
+		if a.status != http.StatusCreated || !a.replayed {
+			return fmt.Errorf("replay answered %d replayed=%v: %s", a.status, a.replayed, a.body)
+		}
+		if !bytes.Equal(a.body, e.replayBodies[k]) {
+			return fmt.Errorf("replay of %s is not byte-identical:\n%s\n%s", e.replayKeys[k], a.body, e.replayBodies[k])
+		}
+		return nil
+	})
+	res.report(b)
+}
+
+// duplicateStorm: benchStormSize identical requests per key, key after key,
+// from benchClients clients, so each key is hit by concurrent duplicates.
+// Each answer is a 201 (the one execution, or a replay of it) or 409
+// idempotency_key_in_use; the invariant is one execution and one provider
+// authorization per key.
+func (e *benchEnv) duplicateStorm(b *testing.B) {
+	run := e.run.Add(1)
+	keys := (b.N + benchStormSize - 1) / benchStormSize
+	prefix := fmt.Sprintf("storm-%d-", run)
+	fresh := make([]atomic.Int32, keys)
+	var replayed, inUse atomic.Int64
+	res := e.load(b, benchClients, 0, func(i int) error {
+		k := i / benchStormSize
+		a, err := e.authorize(prefix + strconv.Itoa(k))
+		if err != nil {
+			return err
+		}
+		switch {
+		case a.status == http.StatusCreated && a.replayed:
+			replayed.Add(1)
+		case a.status == http.StatusCreated:
+			fresh[k].Add(1)
+		case a.status == http.StatusConflict && bytes.Contains(a.body, []byte("idempotency_key_in_use")) && a.retryAfter != "":
+			inUse.Add(1)
+		default:
+			return fmt.Errorf("storm answered %d: %s", a.status, a.body)
+		}
+		return nil
+	})
+	res.report(b)
+	for k := range fresh {
+		if n := fresh[k].Load(); n != 1 {
+			b.Fatalf("key %s%d: %d executions answered 201 without replay, want 1", prefix, k, n)
+		}
+	}
+
+	// One payment per key, authorized, and one provider authorization
+	// recorded for it (every provider call appends a provider_call event).
+	var payments, authorized, calls, maxCalls int
+	err := e.pool.QueryRow(context.Background(), `
+		SELECT count(*), count(*) FILTER (WHERE p.status = 'authorized'), coalesce(sum(c.n), 0), coalesce(max(c.n), 0)
+		FROM payments p
+		LEFT JOIN LATERAL (
+			SELECT count(*) AS n FROM payment_events e
+			WHERE e.tenant_id = p.tenant_id AND e.payment_id = p.id AND e.type = 'provider_call' AND e.operation = 'authorize'
+		) c ON true
+		WHERE p.tenant_id = $1 AND p.idempotency_key LIKE $2`, e.tenantID, prefix+"%").
+		Scan(&payments, &authorized, &calls, &maxCalls)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if payments != keys || authorized != keys || calls != keys || maxCalls != 1 {
+		b.Fatalf("%d keys: %d payments, %d authorized, %d provider authorizations (at most %d for one key); want one each",
+			keys, payments, authorized, calls, maxCalls)
+	}
+	b.ReportMetric(float64(calls)/float64(keys), "provider_holds/key")
+	b.ReportMetric(100*float64(inUse.Load())/float64(b.N), "pct_in_use")
+	b.ReportMetric(100*float64(replayed.Load())/float64(b.N), "pct_replayed")
+}
+
+// pgbenchResult is the steady part of one pgbench run of the hot-path
+// script.
+type pgbenchResult struct {
+	tps      float64
+	p50, p99 float64 // milliseconds per transaction
+	pgCPU    float64 // the cluster's CPU milliseconds per transaction, whole run
+	ownCPU   float64 // pgbench's own CPU milliseconds per transaction, whole run
+	others   float64 // share of the machine other processes used, whole run
+	summary  string  // pgbench's own figures, warm-up included
+}
+
+var (
+	pgbenchTPS    = regexp.MustCompile(`(?m)^tps = [0-9.]+ \(without initial connection time\)`)
+	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
+)
+
+// pgbench runs testdata/bench/authorize_hot_path.sql with benchClients
+// clients against the benchmark's database, in prepared mode (pgx caches
+// prepared statements too), for benchPgbenchWarmup+benchPgbenchMeasure,
+// and measures the transactions that end in the last benchPgbenchMeasure.
+func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
+	b.Helper()
+	bin := "pgbench"
+	if dir, err := pgcluster.FindBinDir(); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "pgbench")); err == nil {
+			bin = filepath.Join(dir, "pgbench")
+		}
+	}
+	script, err := filepath.Abs(benchHotPathScript)
+	if err != nil {
+		b.Fatal(err)
+	}
+	logDir := b.TempDir()
+	args := []string{
+		"--no-vacuum", "--protocol=prepared",
+		"--client=" + strconv.Itoa(benchClients), "--jobs=2",
+		"--time=" + strconv.Itoa(int((benchPgbenchWarmup + benchPgbenchMeasure).Seconds())),
+		"--file=" + script,
+		"--define=tenant_id=" + strconv.FormatInt(e.tenantID, 10),
+		"--define=key_id=" + e.keyID,
+		"--define=run=" + strconv.FormatInt(time.Now().UnixNano(), 10),
+		"--log", "--log-prefix=" + filepath.Join(logDir, "tx"),
+		e.dbURL,
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = logDir
+	cpu0 := e.cpu()
+	began := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(began)
+	// Count pgbench's backends once the postmaster has reaped them.
+	cpu1 := e.cpu()
+	for deadline := time.Now().Add(5 * time.Second); cpu1.pgProcs > cpu0.pgProcs && time.Now().Before(deadline); cpu1 = e.cpu() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		b.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
+	}
+	tps := pgbenchTPS.Find(out)
+	failed := pgbenchFailed.FindSubmatch(out)
+	if tps == nil || failed == nil || string(failed[1]) != "0" {
+		b.Fatalf("pgbench failed transactions:\n%s", out)
+	}
+	r := pgbenchWindow(b, logDir, benchPgbenchWarmup)
+	used := cpu1.sub(cpu0)
+	own := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	r.pgCPU = perOpMS(used.pg, r.all)
+	r.ownCPU = perOpMS(own, r.all)
+	r.others = othersPct(used.others(own), took)
+	r.summary = fmt.Sprintf("%d transactions, %s; %d in the measured window", r.all, tps, r.counted)
+	return r.pgbenchResult
+}
+
+type pgbenchWindowResult struct {
+	pgbenchResult
+	all, counted int
+}
+
+// pgbenchWindow reads the per-transaction logs of --log (one line per
+// transaction: client, number, latency µs, script, end seconds, end µs)
+// and measures the transactions that end after the first warmup.
+func pgbenchWindow(b *testing.B, dir string, warmup time.Duration) pgbenchWindowResult {
+	b.Helper()
+	type tx struct{ end, latency time.Duration }
+	var txs []tx
+	files, _ := filepath.Glob(filepath.Join(dir, "tx.*"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			var v [6]int64
+			for i := range v {
+				if len(fields) > i {
+					v[i], err = strconv.ParseInt(fields[i], 10, 64)
+				}
+				if len(fields) <= i || err != nil {
+					fh.Close()
+					b.Fatalf("pgbench log %s: %q", f, sc.Text())
+				}
+			}
+			end := time.Duration(v[4])*time.Second + time.Duration(v[5])*time.Microsecond
+			txs = append(txs, tx{end: end, latency: time.Duration(v[2]) * time.Microsecond})
+		}
+		fh.Close()
+	}
+	if len(txs) == 0 {
+		b.Fatal("pgbench wrote no transaction log")
+	}
+	start, last := txs[0].end-txs[0].latency, txs[0].end
+	for _, t := range txs {
+		start = min(start, t.end-t.latency)
+		last = max(last, t.end)
+	}
+	from := start + warmup
+	var lat []time.Duration
+	for _, t := range txs {
+		if t.end > from {
+			lat = append(lat, t.latency)
+		}
+	}
+	if len(lat) == 0 || last <= from {
+		b.Fatalf("pgbench ran %s, not past its warm-up", last-start)
+	}
+	slices.Sort(lat)
+	return pgbenchWindowResult{all: len(txs), counted: len(lat), pgbenchResult: pgbenchResult{
+		tps: float64(len(lat)) / (last - from).Seconds(), p50: percentile(lat, 50), p99: percentile(lat, 99)}}
+}
