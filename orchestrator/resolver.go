@@ -72,63 +72,36 @@ func (s *Service) ResolvePending(ctx context.Context, olderThan time.Duration, l
 }
 
 func (s *Service) pickPendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]Payment, error) {
-	var ps []Payment
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := s.now()
-		q := `SELECT ` + paymentCols + ` FROM payments
-			WHERE status = 'pending' AND updated_at <= $1 AND (next_resolve_at IS NULL OR next_resolve_at <= $2)
-			ORDER BY next_resolve_at NULLS FIRST, updated_at
-			LIMIT $3
-			FOR UPDATE SKIP LOCKED`
-		rows, _ := tx.Query(ctx, q, now.Add(-olderThan), now, limit)
-		var err error
-		ps, err = pgx.CollectRows(rows, scanPayment)
-		if err != nil {
-			return err
-		}
-		for _, p := range ps {
-			if _, err := tx.Exec(ctx, `UPDATE payments SET resolve_attempts = resolve_attempts + 1,
-					next_resolve_at = $3::timestamptz + `+backoffSQL+`
-				WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID, now); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, internalf("pick pending payments: %w", err)
-	}
-	return ps, nil
+	return pickPending(ctx, s, "payments", paymentCols, scanPayment, olderThan, limit)
 }
 
 func (s *Service) pickPendingOperations(ctx context.Context, olderThan time.Duration, limit int) ([]operation, error) {
-	var ops []operation
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := s.now()
-		q := `SELECT ` + operationCols + ` FROM payment_operations
+	return pickPending(ctx, s, "payment_operations", operationCols, pgx.RowToStructByPos[operation], olderThan, limit)
+}
+
+// pickPending takes up to limit pending rows of table (payments or
+// payment_operations) untouched for olderThan and due for an attempt, and
+// stamps their next attempt, in one statement: rows another instance holds
+// are skipped, and a picked row is not picked again before its backoff.
+func pickPending[T any](ctx context.Context, s *Service, table, cols string, scan pgx.RowToFunc[T], olderThan time.Duration, limit int) ([]T, error) {
+	now := s.now()
+	q := `UPDATE ` + table + ` t SET resolve_attempts = t.resolve_attempts + 1,
+			next_resolve_at = $2::timestamptz + ` + backoffSQL + `
+		FROM (
+			SELECT tenant_id AS picked_tenant, id AS picked_id FROM ` + table + `
 			WHERE status = 'pending' AND updated_at <= $1 AND (next_resolve_at IS NULL OR next_resolve_at <= $2)
 			ORDER BY next_resolve_at NULLS FIRST, updated_at
 			LIMIT $3
-			FOR UPDATE SKIP LOCKED`
-		rows, _ := tx.Query(ctx, q, now.Add(-olderThan), now, limit)
-		var err error
-		ops, err = pgx.CollectRows(rows, pgx.RowToStructByPos[operation])
-		if err != nil {
-			return err
-		}
-		for _, op := range ops {
-			if _, err := tx.Exec(ctx, `UPDATE payment_operations SET resolve_attempts = resolve_attempts + 1,
-					next_resolve_at = $3::timestamptz + `+backoffSQL+`
-				WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.ID, now); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+			FOR UPDATE SKIP LOCKED
+		) picked
+		WHERE t.tenant_id = picked.picked_tenant AND t.id = picked.picked_id
+		RETURNING ` + cols
+	rows, _ := s.pool.Query(ctx, q, now.Add(-olderThan), now, limit)
+	items, err := pgx.CollectRows(rows, scan)
 	if err != nil {
-		return nil, internalf("pick pending operations: %w", err)
+		return nil, internalf("pick pending %s: %w", table, err)
 	}
-	return ops, nil
+	return items, nil
 }
 
 // resolvePayment settles one pending payment: by lookup when its reference
