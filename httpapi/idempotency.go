@@ -55,6 +55,30 @@ func idempotencyKey(c echo.Context) (string, error) {
 	return key, orchestrator.ValidateIdempotencyKey(key, present)
 }
 
+// keyedRequest reads what every keyed POST starts with: its
+// Idempotency-Key, its body decoded strictly into dst, and the request's
+// fingerprint (op, pathParams, canonical body). Errors:
+// idempotency_key_missing, idempotency_key_invalid, body_too_large,
+// validation_failed.
+func keyedRequest(c echo.Context, op string, pathParams map[string]string, dst any) (string, orchestrator.Fingerprint, error) {
+	var fp orchestrator.Fingerprint
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return "", fp, err
+	}
+	raw, err := readBody(c)
+	if err != nil {
+		return "", fp, err
+	}
+	if err := decodeStrict(raw, dst); err != nil {
+		return "", fp, err
+	}
+	if fp, err = orchestrator.NewFingerprint(op, pathParams, raw); err != nil {
+		return "", fp, &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
+	}
+	return key, fp, nil
+}
+
 // idempotent runs one keyed POST under the idempotency protocol: claim the
 // key (or replay, or refuse), execute, store a final answer byte for byte
 // or release the key, and answer. The execution does not stop when the

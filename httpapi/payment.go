@@ -34,16 +34,9 @@ func paymentLocation(id string) string { return "/v1/payments/" + id }
 
 // createPayment: POST /v1/payments (merchant).
 func (s *Server) createPayment(c echo.Context) error {
-	key, err := idempotencyKey(c)
-	if err != nil {
-		return err
-	}
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req createPaymentRequest
-	if err := decodeStrict(raw, &req); err != nil {
+	key, fp, err := keyedRequest(c, orchestrator.OpAuthorize, nil, &req)
+	if err != nil {
 		return err
 	}
 	if !req.AmountMinor.set {
@@ -59,10 +52,6 @@ func (s *Server) createPayment(c echo.Context) error {
 	}
 	id := orchestrator.PaymentID(p.TenantID, key)
 	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
-	fp, err := fingerprint(orchestrator.OpAuthorize, nil, raw)
-	if err != nil {
-		return err
-	}
 	in.Fingerprint = fp
 	return s.idempotent(c, orchestrator.OpAuthorize, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
 		out, err := s.svc.Authorize(ctx, claim, in)
@@ -72,15 +61,6 @@ func (s *Server) createPayment(c echo.Context) error {
 		}
 		return res, err
 	})
-}
-
-// fingerprint fingerprints a keyed request. Errors: validation_failed.
-func fingerprint(op string, params map[string]string, raw []byte) (orchestrator.Fingerprint, error) {
-	fp, err := orchestrator.NewFingerprint(op, params, raw)
-	if err != nil {
-		return fp, &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
-	}
-	return fp, nil
 }
 
 // capturePayment: POST /v1/payments/{id}/capture (merchant).
@@ -102,39 +82,25 @@ type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Cl
 
 // paymentOperation is the one handler shape of capture, cancel and refund.
 func (s *Server) paymentOperation(c echo.Context, op string, okStatus int, do operationFunc) error {
-	key, err := idempotencyKey(c)
-	if err != nil {
-		return err
-	}
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
-	var amount minorUnits
-	if op == orchestrator.OpCancel {
-		if err := decodeStrict(raw, &emptyRequest{}); err != nil {
-			return err
-		}
-	} else {
-		var req amountRequest
-		if err := decodeStrict(raw, &req); err != nil {
-			return err
-		}
-		amount = req.AmountMinor
-		if amount.set && amount.value <= 0 {
-			return orchestrator.ParamError("amount_minor", "amount_minor must be positive (omit it for the whole amount)")
-		}
-	}
 	id := c.Param("id")
+	var req amountRequest
+	var dst any = &req
+	if op == orchestrator.OpCancel {
+		dst = &emptyRequest{}
+	}
+	key, fp, err := keyedRequest(c, op, map[string]string{"id": id}, dst)
+	if err != nil {
+		return err
+	}
+	amount := req.AmountMinor
+	if amount.set && amount.value <= 0 {
+		return orchestrator.ParamError("amount_minor", "amount_minor must be positive (omit it for the whole amount)")
+	}
 	if !validID(id) {
 		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
 	}
 	p := principal(c)
 	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
-	fp, err := fingerprint(op, map[string]string{"id": id}, raw)
-	if err != nil {
-		return err
-	}
 	return s.idempotent(c, op, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
 		out, err := do(s.svc, ctx, claim, orchestrator.OperationInput{
 			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value})

@@ -37,26 +37,15 @@ func runLocation(id int64) string { return "/v1/reconciliation/runs/" + strconv.
 // recorded at once and executed in the background: 202 with the run and
 // its Location, to poll until its status is succeeded or failed.
 func (s *Server) startRun(c echo.Context) error {
-	key, err := idempotencyKey(c)
-	if err != nil {
-		return err
-	}
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req startRunRequest
-	if err := decodeStrict(raw, &req); err != nil {
+	key, fp, err := keyedRequest(c, opStartRun, nil, &req)
+	if err != nil {
 		return err
 	}
 	if req.Provider == "" {
 		return orchestrator.ParamError("provider", "provider is required")
 	}
 	date, err := reconcile.ParseDate(req.Date)
-	if err != nil {
-		return err
-	}
-	fp, err := fingerprint(opStartRun, nil, raw)
 	if err != nil {
 		return err
 	}
@@ -169,7 +158,8 @@ func wantsCSV(accept string) bool {
 
 // resolveDiscrepancy: POST /v1/reconciliation/discrepancies/{id}/resolve.
 func (s *Server) resolveDiscrepancy(c echo.Context) error {
-	key, err := idempotencyKey(c)
+	var req resolveRequest
+	key, fp, err := keyedRequest(c, opResolve, map[string]string{"id": c.Param("id")}, &req)
 	if err != nil {
 		return err
 	}
@@ -177,21 +167,9 @@ func (s *Server) resolveDiscrepancy(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
-	var req resolveRequest
-	if err := decodeStrict(raw, &req); err != nil {
-		return err
-	}
 	req.Note = strings.TrimSpace(req.Note)
 	if req.Note == "" || len(req.Note) > 2000 {
 		return orchestrator.ParamError("note", "note must be 1 to 2000 characters")
-	}
-	fp, err := fingerprint(opResolve, map[string]string{"id": c.Param("id")}, raw)
-	if err != nil {
-		return err
 	}
 	p := principal(c)
 	return s.idempotent(c, opResolve, key, fp, func(ctx context.Context, _ *orchestrator.Claim) (result, error) {
