@@ -89,21 +89,7 @@ func start() error {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			return err
 		}
-		c, err := pgcluster.Start(ctx, pgcluster.Config{
-			DataDir:   filepath.Join(dir, "data"),
-			SocketDir: filepath.Join(dir, "run"),
-			NoSync:    true,
-			Settings: map[string]string{
-				"fsync":                "off",
-				"synchronous_commit":   "off",
-				"full_page_writes":     "off",
-				"max_connections":      "300",
-				"shared_buffers":       "128MB",
-				"log_min_messages":     "warning",
-				"log_line_prefix":      "%m [%p] %d ",
-				"idle_session_timeout": "0",
-			},
-		})
+		c, err := pgcluster.Start(ctx, throwAway(dir))
 		if err != nil {
 			return err
 		}
@@ -121,7 +107,12 @@ func start() error {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{template}.Sanitize()); err != nil {
 		return fmt.Errorf("pgtest: create template: %w", err)
 	}
-	pool, err := pgxpool.New(ctx, urlFor(template))
+	return migrate(ctx, urlFor(template))
+}
+
+// migrate applies every migration to the database at dbURL.
+func migrate(ctx context.Context, dbURL string) error {
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return err
 	}
@@ -131,10 +122,8 @@ func start() error {
 		return err
 	}
 	defer m.Close()
-	if _, err := m.Up(ctx, nil); err != nil {
-		return err
-	}
-	return nil
+	_, err = m.Up(ctx, nil)
+	return err
 }
 
 // throwAway configures a fast, non-durable cluster in dir.
@@ -185,18 +174,8 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 		_ = c.Stop(sctx)
 		_ = os.RemoveAll(dir)
 	})
-	pool, err := pgxpool.New(ctx, c.ConnString("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	m, err := migrations.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(ctx, nil); err != nil {
-		t.Fatal(err)
+	if err := migrate(ctx, c.ConnString("postgres")); err != nil {
+		t.Fatalf("pgtest: migrate own cluster: %v", err)
 	}
 	return c
 }
