@@ -219,6 +219,10 @@ func demoKeysWork(ctx context.Context, svc *orchestrator.Service, k demoKeys) bo
 }
 
 func printDevBanner(w io.Writer, base, dbURL string, k demoKeys) {
+	// A new order key per start: the embedded fake forgets its holds when
+	// dev stops, so an example payment of an earlier run could not be
+	// captured any more.
+	order := "order-" + time.Now().UTC().Format("20060102-150405")
 	fmt.Fprintf(w, `
 payorch dev is up: %[1]s   (Ctrl-C stops the server and the database)
 
@@ -236,17 +240,17 @@ try:
 
   # authorize 10.50 EUR (retry it as often as you like: same answer, one hold)
   curl -si -X POST %[1]s/v1/payments -H 'Authorization: Bearer %[4]s' \
-    -H 'Idempotency-Key: order-1001' -H 'Content-Type: application/json' \
-    -d '{"amount_minor":1050,"currency":"EUR","description":"order 1001"}'
+    -H 'Idempotency-Key: %[9]s' -H 'Content-Type: application/json' \
+    -d '{"amount_minor":1050,"currency":"EUR","description":"%[9]s"}'
   # capture it (the payment id is derived from the tenant and the key)
   curl -s -X POST %[1]s/v1/payments/%[8]s/capture -H 'Authorization: Bearer %[4]s' \
-    -H 'Idempotency-Key: capture-1001'
+    -H 'Idempotency-Key: capture-%[9]s'
   # support: find it by its key, and its history
-  curl -s -H 'Authorization: Bearer %[5]s' '%[1]s/v1/payments?idempotency_key=order-1001'
+  curl -s -H 'Authorization: Bearer %[5]s' '%[1]s/v1/payments?idempotency_key=%[9]s'
   curl -s -H 'Authorization: Bearer %[5]s' %[1]s/v1/payments/%[8]s/events
 
   curl -s -H 'Authorization: Bearer %[7]s' %[1]s/v1/tenants
   DATABASE_URL='%[2]s' ./bin/payorch tenants list
 
-`, base, dbURL, k.TenantID, k.Merchant, k.Support, k.Finance, k.Admin, orchestrator.PaymentID(k.TenantID, "order-1001"))
+`, base, dbURL, k.TenantID, k.Merchant, k.Support, k.Finance, k.Admin, orchestrator.PaymentID(k.TenantID, order), order)
 }
