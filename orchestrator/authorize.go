@@ -119,31 +119,19 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		return Outcome{}, err
 	}
 	id := PaymentID(in.TenantID, in.Key)
-	var p Payment
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := s.now()
-		q := `INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
-				currency, provider, payment_method, description, metadata, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $10, $11, $12, $12)
-			ON CONFLICT (tenant_id, id) DO NOTHING
-			RETURNING ` + paymentCols
-		rows, _ := tx.Query(ctx, q, in.TenantID, id, in.Key, in.Fingerprint.Hash, in.Fingerprint.Fields, in.AmountMinor,
-			in.Currency, in.Provider, in.PaymentMethod, in.Description, in.Metadata, now)
-		var err error
+	// One statement (createPaymentSQL), so one round trip and one
+	// transaction. When the payment exists already (a resumed request, or
+	// a purged key), nothing is written and it is read instead.
+	now := s.now()
+	ck := claimArgs(c)
+	rows, _ := s.pool.Query(ctx, createPaymentSQL, in.TenantID, id, in.Key, in.Fingerprint.Hash, in.Fingerprint.Fields, in.AmountMinor,
+		in.Currency, in.Provider, in.PaymentMethod, in.Description, in.Metadata, now,
+		ck.tenantID, ck.operation, ck.key, ck.token, "payment_created")
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	if isNoRows(err) {
+		rows, _ = s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, in.TenantID, id)
 		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
-		if err == nil {
-			if err := stateEvent(ctx, tx, p.TenantID, p.ID, nil, StatusPending, map[string]any{"idempotency_key": in.Key}, now); err != nil {
-				return err
-			}
-			return checkpoint(ctx, tx, c, "payment_created", p.ID, now)
-		}
-		if !isNoRows(err) {
-			return err
-		}
-		rows, _ = tx.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, in.TenantID, id)
-		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
-		return err
-	})
+	}
 	if err != nil {
 		return Outcome{}, internalf("create payment: %w", err)
 	}
@@ -164,6 +152,22 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	}
 	return s.authorizeAtProvider(ctx, c, p, providers.ForwardedKey(in.TenantID, OpAuthorize, in.Key))
 }
+
+// createPaymentSQL writes a new pending payment, its first event and the
+// key's checkpoint, or nothing when the payment exists.
+var createPaymentSQL = `
+	WITH p AS (
+		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
+			currency, provider, payment_method, description, metadata, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $10, $11, $12, $12)
+		ON CONFLICT (tenant_id, id) DO NOTHING
+		RETURNING ` + paymentCols + `
+	), event AS (
+		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
+		SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), $12
+		FROM p
+	), ` + checkpointCTE(12, 13) + `
+	SELECT ` + paymentCols + ` FROM p`
 
 // authorizeResult maps a settled payment to the answer of its authorize
 // request: a failed payment is payment_declined.
@@ -195,17 +199,42 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 		},
 	}
 	var hold providers.Hold
-	err := s.callProvider(ctx, p, "authorize", fwd, func(ctx context.Context) error {
+	call, err := s.runProviderCall(ctx, p, "authorize", fwd, func(ctx context.Context) error {
 		var err error
 		hold, err = prov.Authorize(ctx, req)
 		return err
 	})
-	return s.settleAuthorize(ctx, c, p, hold, err)
+	return s.settleAuthorize(ctx, c, p, hold, err, &call)
 }
 
+// settleAuthorizeSQL settles a pending payment: the payment, the provider
+// call that settled it (when $8 is not NULL) and the state change, in that
+// order in the history, and the key's checkpoint, in one statement. The
+// call is recorded even when the payment was settled meanwhile (p is
+// empty).
+var settleAuthorizeSQL = `
+	WITH p AS (
+		UPDATE payments SET status = $3, provider_ref = coalesce($4, provider_ref), capture_before = $5,
+			failure_code = $6, updated_at = $7
+		WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
+		RETURNING ` + paymentCols + `
+	), events AS (
+		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
+			from_status, to_status, detail, created_at)
+		SELECT $1, $2, 'provider_call', $8::text, $9::text, $10::text, $11::double precision,
+			NULL::text, NULL::text, $12::jsonb, $13::timestamptz
+		WHERE $8::text IS NOT NULL
+		UNION ALL
+		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, $14::jsonb, $7
+		FROM p
+	), ` + checkpointCTE(7, 15) + `
+	SELECT ` + paymentCols + ` FROM p`
+
 // settleAuthorize records a provider's answer to an authorization of a
-// pending payment.
-func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error) (Outcome, error) {
+// pending payment. call is the provider call that gave the answer, still
+// to be recorded in the payment's history, or nil when it is recorded
+// already.
+func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error, call *providerCall) (Outcome, error) {
 	var to Status
 	var failure *string
 	switch kind := providers.KindOf(callErr); {
@@ -216,94 +245,128 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		code := hold.DeclineCode
 		failure = &code
 	case callErr == nil:
+		s.recordCall(ctx, p, call)
 		s.logger.WarnContext(ctx, "provider answered authorize with an unexpected status; payment stays pending",
 			"payment_id", p.ID, "provider_status", hold.Status)
 		return Outcome{Payment: p, Pending: true}, nil
 	case kind == providers.KindDeclined || kind == providers.KindRejected:
 		if providers.CodeOf(callErr) == providers.CodeIdempotencyMismatch {
+			s.recordCall(ctx, p, call)
 			return Outcome{}, internalf("provider refused forwarded key of %s: %w", p.ID, callErr)
 		}
 		to = StatusFailed
 		code := providers.CodeOf(callErr)
 		failure = &code
 	case kind == providers.KindNotExecuted:
+		s.recordCall(ctx, p, call)
 		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
 			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
 	default: // unknown outcome: keep pending, settle later with the same key
+		s.recordCall(ctx, p, call)
 		return Outcome{Payment: p, Pending: true}, nil
 	}
 
-	var out Payment
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := s.now()
-		var ref *string
-		if hold.Ref != "" {
-			ref = &hold.Ref
-		}
-		var captureBefore *time.Time
-		if !hold.CaptureBefore.IsZero() {
-			captureBefore = &hold.CaptureBefore
-		}
-		q := `UPDATE payments SET status = $3, provider_ref = coalesce($4, provider_ref), capture_before = $5,
-				failure_code = $6, updated_at = $7
-			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
-			RETURNING ` + paymentCols
-		rows, _ := tx.Query(ctx, q, p.TenantID, p.ID, to, ref, captureBefore, failure, now)
-		var err error
+	now := s.now()
+	var ref *string
+	if hold.Ref != "" {
+		ref = &hold.Ref
+	}
+	var captureBefore *time.Time
+	if !hold.CaptureBefore.IsZero() {
+		captureBefore = &hold.CaptureBefore
+	}
+	detail := map[string]any{}
+	if failure != nil {
+		detail["failure_code"] = *failure
+	}
+	var rc providerCall
+	if call != nil {
+		rc = *call
+	}
+	ck := claimArgs(c)
+	rows, _ := s.pool.Query(ctx, settleAuthorizeSQL, p.TenantID, p.ID, to, ref, captureBefore, failure, now,
+		nullIfEmpty(rc.operation), rc.forwardedKey, rc.outcome, rc.latencyMS, rc.detail, rc.at, detail,
+		ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
+	out, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	if isNoRows(err) {
+		// Settled meanwhile by another execution or the resolver (the call
+		// is recorded all the same).
+		rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID)
 		out, err = pgx.CollectExactlyOneRow(rows, scanPayment)
-		if isNoRows(err) {
-			// Settled meanwhile by another execution or the resolver.
-			rows, _ := tx.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID)
-			out, err = pgx.CollectExactlyOneRow(rows, scanPayment)
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		from := StatusPending
-		detail := map[string]any{}
-		if failure != nil {
-			detail["failure_code"] = *failure
-		}
-		if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, to, detail, now); err != nil {
-			return err
-		}
-		return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
-	})
+	}
 	if err != nil {
+		if call != nil {
+			// Whether the statement committed is not known (the connection
+			// may have died after the commit): writing the call again could
+			// record it twice, so it goes to the log only.
+			s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
+				"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
+		}
 		return Outcome{}, internalf("settle authorization: %w", err)
 	}
 	return authorizeResult(out)
 }
 
-// callProvider runs one provider call under the provider timeout, in a
-// span of its own (operation, provider, forwarded key), records its
-// duration and outcome, and appends it to the payment's history:
-// operation, forwarded key, outcome and latency. The history write is best
-// effort: the call already happened.
+// providerCall is one provider call as a payment's history records it.
+type providerCall struct {
+	operation    string
+	forwardedKey string
+	outcome      string
+	latencyMS    float64
+	detail       map[string]any
+	at           time.Time
+}
+
+// callProvider runs one provider call (runProviderCall) and appends it to
+// the payment's history at once (recordCall).
 func (s *Service) callProvider(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) error {
+	pc, err := s.runProviderCall(ctx, p, operation, fwd, call)
+	s.recordCall(ctx, p, &pc)
+	return err
+}
+
+// runProviderCall runs one provider call under the provider timeout, in a
+// span of its own (operation, provider, forwarded key), records its
+// duration and outcome in metrics and the log, and returns it for the
+// payment's history: operation, forwarded key, outcome and latency.
+func (s *Service) runProviderCall(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) (providerCall, error) {
 	sctx, span := s.tel.startProviderSpan(ctx, p, operation, fwd)
 	cctx, cancel := context.WithTimeout(sctx, s.providerTimeout)
 	start := time.Now()
 	err := call(cctx)
 	cancel()
 	elapsed := time.Since(start)
-	latency := float64(elapsed.Microseconds()) / 1000
-	outcome := "ok"
-	detail := map[string]any{"provider": p.Provider}
+	pc := providerCall{operation: operation, forwardedKey: fwd, outcome: "ok",
+		latencyMS: float64(elapsed.Microseconds()) / 1000, detail: map[string]any{"provider": p.Provider}, at: s.now()}
 	if err != nil {
-		outcome = providers.KindOf(err).String()
+		pc.outcome = providers.KindOf(err).String()
 		if code := providers.CodeOf(err); code != "" {
-			detail["code"] = code
+			pc.detail["code"] = code
 		}
 	}
-	s.tel.endProviderCall(sctx, span, p, operation, outcome, err, elapsed)
+	s.tel.endProviderCall(sctx, span, p, operation, pc.outcome, err, elapsed)
+	s.logger.InfoContext(sctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
+		"forwarded_key", fwd, "outcome", pc.outcome, "latency_ms", pc.latencyMS)
+	return pc, err
+}
+
+// recordCall appends a provider call to the payment's history, on its own.
+// Best effort: the call already happened, and a failure is logged. A nil
+// call does nothing.
+func (s *Service) recordCall(ctx context.Context, p Payment, pc *providerCall) {
+	if pc == nil {
+		return
+	}
 	const q = `INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
 		VALUES ($1, $2, 'provider_call', $3, $4, $5, $6, $7, $8)`
-	if _, werr := s.pool.Exec(ctx, q, p.TenantID, p.ID, operation, fwd, outcome, latency, detail, s.now()); werr != nil {
-		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", operation, "error", werr)
+	if _, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, pc.operation, pc.forwardedKey, pc.outcome, pc.latencyMS, pc.detail, pc.at); err != nil {
+		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", pc.operation, "error", err)
 	}
-	s.logger.InfoContext(sctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
-		"forwarded_key", fwd, "outcome", outcome, "latency_ms", latency)
-	return err
+}
+
+func nullIfEmpty(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
 }

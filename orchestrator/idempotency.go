@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,37 +123,50 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		lease := now.Add(s.lease)
 		expires := now.Add(s.keyTTL)
 		fields, _ := json.Marshal(req.Fingerprint.Fields)
-		const claim = `
-			INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
-				status, lock_token, locked_until, created_at, updated_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
-			ON CONFLICT (tenant_id, operation, key) DO NOTHING
-			RETURNING expires_at`
-		var exp time.Time
-		err := s.pool.QueryRow(ctx, claim, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-			token, lease, now, expires).Scan(&exp)
-		if err == nil {
-			return Begin{ExpiresAt: exp, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, RecoveryPoint: "started", ExpiresAt: exp}}, nil
-		}
-		if !isNoRows(err) {
-			return Begin{}, internalf("claim idempotency key: %w", err)
-		}
-
-		const read = `
-			SELECT request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
+		// One round trip claims a new key or, when the key exists, reads
+		// it: the INSERT's conflict makes the CTE empty and the second
+		// branch reads the row as the statement's snapshot saw it. A key
+		// committed by another request after that snapshot was taken (its
+		// insert conflicted but the read cannot see it) gives no row at
+		// all: read again.
+		const claimOrRead = `
+			WITH ins AS (
+				INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
+					status, lock_token, locked_until, created_at, updated_at, expires_at)
+				VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
+				ON CONFLICT (tenant_id, operation, key) DO NOTHING
+				RETURNING expires_at
+			)
+			SELECT true, NULL::bytea, NULL::jsonb, ''::text, NULL::text, NULL::timestamptz, NULL::text,
+				NULL::int, NULL::jsonb, NULL::bytea, expires_at
+			FROM ins
+			UNION ALL
+			SELECT false, request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
 				response_status, response_headers, response_body, expires_at
-			FROM idempotency_keys WHERE tenant_id = $1 AND operation = $2 AND key = $3`
-		var k keyRow
-		err = s.pool.QueryRow(ctx, read, req.TenantID, req.Operation, req.Key).Scan(&k.RequestHash, &k.FieldHashes,
-			&k.Status, &k.LockToken, &k.LockedUntil, &k.RecoveryPoint, &k.ResponseStatus, &k.ResponseHeaders,
-			&k.ResponseBody, &k.ExpiresAt)
+			FROM idempotency_keys
+			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+		var (
+			claimed bool
+			k       keyRow
+			rp      *string
+		)
+		err := s.pool.QueryRow(ctx, claimOrRead, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
+			token, lease, now, expires).Scan(&claimed, &k.RequestHash, &k.FieldHashes, &k.Status, &k.LockToken,
+			&k.LockedUntil, &rp, &k.ResponseStatus, &k.ResponseHeaders, &k.ResponseBody, &k.ExpiresAt)
 		if isNoRows(err) {
-			continue // purged between our insert and read: claim again
+			continue // inserted by another request after our snapshot: read again
 		}
 		if err != nil {
-			return Begin{}, internalf("read idempotency key: %w", err)
+			return Begin{}, internalf("claim idempotency key: %w", err)
 		}
+		if claimed {
+			return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
+				token: token, RecoveryPoint: "started", ExpiresAt: k.ExpiresAt}}, nil
+		}
+		if rp != nil {
+			k.RecoveryPoint = *rp
+		}
+		var exp time.Time
 
 		if !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)) {
 			// Expired but not yet purged: the key starts over. The payment
@@ -278,6 +292,34 @@ func checkpoint(ctx context.Context, tx pgx.Tx, c *Claim, point, paymentID strin
 		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
 	_, err := tx.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, point, paymentID, now)
 	return err
+}
+
+// checkpointCTE is checkpoint as the last CTE of a statement whose CTE p
+// returns the payment row written: the key's recovery point moves only
+// when p wrote a row. Parameter $at is the time and $first to $first+4
+// are claimArgs' four values and the point; a nil claim's NULLs match no
+// key.
+func checkpointCTE(at, first int) string {
+	return fmt.Sprintf(`checkpoint AS (
+			UPDATE idempotency_keys k SET recovery_point = $%[6]d, payment_id = coalesce(k.payment_id, p.id), updated_at = $%[1]d
+			FROM p
+			WHERE k.tenant_id = $%[2]d AND k.operation = $%[3]d AND k.key = $%[4]d AND k.lock_token = $%[5]d::uuid
+		)`, at, first, first+1, first+2, first+3, first+4)
+}
+
+// claimSQL is a claim as SQL parameters; all nil for no claim.
+type claimSQL struct {
+	tenantID  *int64
+	operation *string
+	key       *string
+	token     *string
+}
+
+func claimArgs(c *Claim) claimSQL {
+	if c == nil {
+		return claimSQL{}
+	}
+	return claimSQL{&c.TenantID, &c.Operation, &c.Key, &c.token}
 }
 
 // PurgeExpiredKeys deletes up to batch expired keys whose lease is not

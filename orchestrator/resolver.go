@@ -133,13 +133,13 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 	}
 	switch hold.Status {
 	case providers.StatusAuthorized, providers.StatusDeclined:
-		return s.settleAuthorize(ctx, c, p, hold, nil)
+		return s.settleAuthorize(ctx, c, p, hold, nil, nil)
 	case providers.StatusCaptured, providers.StatusCanceled, providers.StatusExpired,
 		providers.StatusPartiallyRefunded, providers.StatusRefunded:
 		// The hold went on without us: settle the authorization first;
 		// reconciliation flags the rest as status_mismatch.
 		hold.Status = providers.StatusAuthorized
-		return s.settleAuthorize(ctx, c, p, hold, nil)
+		return s.settleAuthorize(ctx, c, p, hold, nil, nil)
 	}
 	// Not final at the provider yet (e.g. created, not confirmed): retry
 	// the authorization with the same key.

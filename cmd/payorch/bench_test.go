@@ -147,6 +147,10 @@ func (e *benchEnv) startServe(b *testing.B) {
 	cmd := exec.Command(bin, "serve", "--listen", addr)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + e.dbURL,
 		"PAYORCH_LOG_LEVEL=warn", "PAYORCH_RATE_LIMIT=0"}
+	if addr := os.Getenv("PAYORCH_DEBUG_LISTEN"); addr != "" {
+		// Profile the server under load: go tool pprof http://ADDR/debug/pprof/profile
+		cmd.Env = append(cmd.Env, "PAYORCH_DEBUG_LISTEN="+addr)
+	}
 	cmd.Stdout, cmd.Stderr = e.logs, e.logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

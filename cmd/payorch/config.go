@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -84,6 +85,10 @@ type config struct {
 	// OTLPProtocol (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 	// OTEL_EXPORTER_OTLP_PROTOCOL): only http/protobuf is built in.
 	OTLPProtocol string
+	// DebugListen (PAYORCH_DEBUG_LISTEN) serves Go's profiler
+	// (/debug/pprof/) on a separate loopback address; empty (the default)
+	// turns it off.
+	DebugListen string
 }
 
 func defaultConfig() config {
@@ -177,6 +182,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("STRIPE_SECRET_KEY", &c.StripeSecretKey)
 	str("STRIPE_API_BASE", &c.StripeAPIBase)
 	dur("STRIPE_TIMEOUT", &c.StripeTimeout)
+	str("PAYORCH_DEBUG_LISTEN", &c.DebugListen)
 	str("OTEL_EXPORTER_OTLP_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
@@ -222,6 +228,12 @@ func (c config) validate() error {
 	}
 	if c.ReconcileGrace < 0 || c.ReconcileGrace > 12*time.Hour {
 		return errors.New("PAYORCH_RECONCILE_GRACE: must be between 0 and 12h")
+	}
+	if c.DebugListen != "" {
+		host, _, err := net.SplitHostPort(c.DebugListen)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("PAYORCH_DEBUG_LISTEN: %q must be a loopback address such as 127.0.0.1:6060 (the profiler is not for the network)", c.DebugListen)
+		}
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

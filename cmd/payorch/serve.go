@@ -67,6 +67,11 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		stopProviders(sctx)
 	}()
 	svc := newService(cfg, pool, logger, provs, tel)
+	stopDebug, err := startDebug(cfg, logger)
+	if err != nil {
+		return fmt.Errorf("PAYORCH_DEBUG_LISTEN: %w", err)
+	}
+	defer stopDebug()
 
 	// Background services: settle pending payments, purge expired keys.
 	// Several instances may run them at once (SKIP LOCKED).
