@@ -172,6 +172,10 @@ func (s *Service) RevokeAPIKey(ctx context.Context, id string) (APIKey, error) {
 		RETURNING id, role, tenant_id, description, created_at, last_used_at, revoked_at`
 	rows, _ := s.pool.Query(ctx, q, id, s.now())
 	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[APIKey])
+	// Committed (or maybe, on an error): this instance drops the key now,
+	// after the commit, so no read from before it is cached after it; the
+	// others drop it when the notification reaches them.
+	s.keys.invalidate(id)
 	if isNoRows(err) {
 		return APIKey{}, Errorf(CodeNotFound, "no API key %q", id)
 	}
@@ -186,6 +190,8 @@ func (s *Service) RevokeAPIKey(ctx context.Context, id string) (APIKey, error) {
 var dummyHash = make([]byte, sha256.Size)
 
 // Authenticate verifies a presented API key and returns its Principal.
+// With the key cache on (StartKeyCache), a key verified before is read from
+// memory; the presented secret's hash is compared either way.
 // Errors: unauthorized (malformed, unknown, wrong or revoked key), internal.
 func (s *Service) Authenticate(ctx context.Context, key string) (Principal, error) {
 	id, ok := parseKey(key)
@@ -193,6 +199,19 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 		return Principal{}, errUnauthorized
 	}
 	sum := sha256.Sum256([]byte(key))
+	now := s.now()
+	if e, touch, ok := s.keys.lookup(id, now); ok {
+		if subtle.ConstantTimeCompare(sum[:], e.hash[:]) != 1 {
+			return Principal{}, errUnauthorized
+		}
+		if touch {
+			s.touchAPIKey(ctx, id, now)
+		}
+		return Principal{KeyID: id, Role: e.role, TenantID: e.tenantID}, nil
+	}
+	// Read before the database: an invalidation after this point keeps
+	// what the SELECT returns out of the cache.
+	gen := s.keys.generation()
 	const q = `
 		SELECT role, coalesce(tenant_id, 0), secret_hash, revoked_at IS NOT NULL, last_used_at
 		FROM api_keys WHERE id = $1`
@@ -213,14 +232,25 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	if subtle.ConstantTimeCompare(sum[:], stored) != 1 || revoked {
 		return Principal{}, errUnauthorized
 	}
-	now := s.now()
-	if lastUsed == nil || now.Sub(*lastUsed) >= lastUsedGranularity {
-		// Best effort and rare (once a minute per key): a failure here must
-		// not fail the request.
-		const upd = `UPDATE api_keys SET last_used_at = $2 WHERE id = $1`
-		if _, err := s.pool.Exec(ctx, upd, id, now); err != nil {
-			s.logger.WarnContext(ctx, "api key last_used_at not updated", "key_id", id, "error", err)
-		}
+	e := cachedKey{role: p.Role, tenantID: p.TenantID}
+	if lastUsed != nil {
+		e.lastUsed = *lastUsed
+	}
+	if lastUsedDue(e.lastUsed, now) {
+		s.touchAPIKey(ctx, id, now)
+		e.lastUsed = now
+	}
+	if copy(e.hash[:], stored) == len(e.hash) {
+		s.keys.put(gen, id, e)
 	}
 	return p, nil
+}
+
+// touchAPIKey records that key id was used at now. Best effort and rare
+// (once a minute per key): a failure must not fail the request.
+func (s *Service) touchAPIKey(ctx context.Context, id string, now time.Time) {
+	const upd = `UPDATE api_keys SET last_used_at = $2 WHERE id = $1`
+	if _, err := s.pool.Exec(ctx, upd, id, now); err != nil {
+		s.logger.WarnContext(ctx, "api key last_used_at not updated", "key_id", id, "error", err)
+	}
 }

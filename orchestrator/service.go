@@ -8,9 +8,11 @@
 package orchestrator
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,12 +63,21 @@ type Service struct {
 	lease           time.Duration
 	keyTTL          time.Duration
 	tel             *telemetry
+
+	// keys caches valid API keys while StartKeyCache's listener runs.
+	keys          *keyCache
+	keyListenerMu sync.Mutex
+	keyListenerOn bool
+	// keyListenerDial opens the cache's listener connection; nil means
+	// keyListenerConn (tests stand in for it).
+	keyListenerDial func(context.Context) (*pgx.Conn, error)
 }
 
 // NewService returns a Service on cfg.Pool.
 func NewService(cfg Config) *Service {
 	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger, providers: cfg.Providers,
-		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL}
+		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
+		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge)}
 	if s.providerTimeout == 0 {
 		s.providerTimeout = 15 * time.Second
 	}

@@ -75,7 +75,6 @@ type benchEnv struct {
 	dbURL    string
 	pool     *pgxpool.Pool
 	tenantID int64
-	keyID    string
 	apiKey   string
 	base     string
 	client   *http.Client
@@ -95,11 +94,11 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
 	dbURL := pgtest.URL(b)
 	pool := pgtest.Pool(b, dbURL)
-	tenant, key, secret, err := orchestrator.NewService(orchestrator.Config{Pool: pool}).CreateTenant(context.Background(), "Bench")
+	tenant, _, secret, err := orchestrator.NewService(orchestrator.Config{Pool: pool}).CreateTenant(context.Background(), "Bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{dbURL: dbURL, pool: pool, tenantID: tenant.ID, keyID: key.ID, apiKey: secret, logs: &syncBuffer{}}
+	e := &benchEnv{dbURL: dbURL, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &syncBuffer{}}
 	var backend int
 	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		b.Fatal(err)
@@ -590,7 +589,6 @@ func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
 		"--time=" + strconv.Itoa(int((benchPgbenchWarmup + benchPgbenchMeasure).Seconds())),
 		"--file=" + script,
 		"--define=tenant_id=" + strconv.FormatInt(e.tenantID, 10),
-		"--define=key_id=" + e.keyID,
 		"--define=run=" + strconv.FormatInt(time.Now().UnixNano(), 10),
 		"--log", "--log-prefix=" + filepath.Join(logDir, "tx"),
 		e.dbURL,

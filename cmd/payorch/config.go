@@ -38,6 +38,11 @@ type config struct {
 	ShutdownTimeout time.Duration
 	// DBMaxConns (PAYORCH_DB_MAX_CONNS) caps the connection pool.
 	DBMaxConns int
+	// APIKeyCache (PAYORCH_API_KEY_CACHE) makes `serve` and `dev` keep
+	// verified API keys in memory while a LISTEN connection hears their
+	// revocations (NOTIFY payorch_api_keys); off, every request reads its
+	// key from the database.
+	APIKeyCache bool
 	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL;
 	// empty means run one embedded in this process.
 	FakeURL string
@@ -101,6 +106,7 @@ func defaultConfig() config {
 		AutoMigrate:     true,
 		ShutdownTimeout: 30 * time.Second,
 		DBMaxConns:      20,
+		APIKeyCache:     true,
 
 		DefaultProvider:  "fake",
 		ProviderTimeout:  15 * time.Second,
@@ -150,13 +156,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		c.RateLimit = f
 	}
-	if v := getenv("PAYORCH_AUTO_MIGRATE"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("PAYORCH_AUTO_MIGRATE: %q is not true or false", v))
+	boolean := func(name string, dst *bool) {
+		if v := getenv(name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not true or false", name, v))
+				return
+			}
+			*dst = b
 		}
-		c.AutoMigrate = b
 	}
+	boolean("PAYORCH_AUTO_MIGRATE", &c.AutoMigrate)
+	boolean("PAYORCH_API_KEY_CACHE", &c.APIKeyCache)
 	dur := func(name string, dst *time.Duration) {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)

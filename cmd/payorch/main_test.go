@@ -143,6 +143,7 @@ func TestCLIErrors(t *testing.T) {
 		"BadRateLimit":    {map[string]string{"PAYORCH_RATE_LIMIT": "fast"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
 		"NegativeLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
 		"BadLogLevel":     {map[string]string{"PAYORCH_LOG_LEVEL": "loud"}, []string{"version"}, "PAYORCH_LOG_LEVEL"},
+		"BadKeyCache":     {map[string]string{"PAYORCH_API_KEY_CACHE": "maybe"}, []string{"version"}, "PAYORCH_API_KEY_CACHE"},
 		"NoDatabaseURL":   {nil, []string{"tenants", "list"}, "DATABASE_URL"},
 		"CreateNeedsName": {map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/x"}, []string{"tenants", "create"}, "--name"},
 	} {
@@ -155,6 +156,16 @@ func TestCLIErrors(t *testing.T) {
 	}
 	if out, err := cli(t, nil, "version"); err != nil || !strings.HasPrefix(out, "payorch ") {
 		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+func TestAPIKeyCacheIsOnUnlessTurnedOff(t *testing.T) {
+	t.Parallel()
+	for env, want := range map[string]bool{"": true, "true": true, "1": true, "false": false, "0": false} {
+		cfg, err := loadConfig(envOf(map[string]string{"PAYORCH_API_KEY_CACHE": env}))
+		if err != nil || cfg.APIKeyCache != want {
+			t.Errorf("PAYORCH_API_KEY_CACHE=%q: APIKeyCache %v (%v), want %v", env, cfg.APIKeyCache, err, want)
+		}
 	}
 }
 

@@ -67,6 +67,11 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		stopProviders(sctx)
 	}()
 	svc := newService(cfg, pool, logger, provs, tel)
+	if cfg.APIKeyCache {
+		// Revocations reach it by NOTIFY; off whenever its listener is down.
+		stopKeyCache := svc.StartKeyCache(context.WithoutCancel(ctx))
+		defer stopKeyCache()
+	}
 	stopDebug, err := startDebug(cfg, logger)
 	if err != nil {
 		return fmt.Errorf("PAYORCH_DEBUG_LISTEN: %w", err)

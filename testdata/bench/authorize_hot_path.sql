@@ -1,82 +1,104 @@
 -- pgbench script: the SQL one new authorize (POST /v1/payments with a new
 -- Idempotency-Key, answered 201 by the fake provider) runs, statement for
--- statement and in the same transactions, so each statement is one round
--- trip as in the service (pgx runs BEGIN and COMMIT as round trips too).
--- Source of each step in parentheses. BenchmarkServe
+-- statement, so each statement is one round trip as in the service. Source
+-- of each step in parentheses. The API key is not read: `payorch serve`
+-- authenticates from its key cache (orchestrator/keycache.go), so a
+-- request reads api_keys only when the cache misses. BenchmarkServe
 -- (cmd/payorch/bench_test.go) runs it as
 --
 --   pgbench --no-vacuum --protocol=prepared --client=16 --jobs=2 --time=15 \
 --     --file=testdata/bench/authorize_hot_path.sql \
---     --define=tenant_id=1 --define=key_id=key_<16 hex> --define=run=<n> \
+--     --define=tenant_id=1 --define=run=<n> \
 --     --log --log-prefix=<dir>/tx 'postgres:///<db>?host=<socket dir>&user=postgres…'
 --
 -- against a migrated database holding that tenant and merchant key. Values
 -- the service computes in Go (request hash, field hashes, lease token,
--- payment id, provider reference, response body) are literals or md5() of
--- the key here. The key is unique per transaction: run, client and a random
--- 63-bit number. Do not write a colon followed by a letter or digit in a
--- literal: pgbench would read it as a variable.
+-- payment id, provider reference, response body, times) are literals,
+-- now() or md5() of the key here. The key is unique per transaction: run,
+-- client and a random 63-bit number. Do not write a colon followed by a
+-- letter or digit in a literal: pgbench would read it as a variable.
 
 \set r random(1, 9223372036854775806)
 
--- 1. Authenticate the merchant key (orchestrator.Service.Authenticate; its
---    last_used_at UPDATE runs once a minute per key and is left out).
-SELECT role, coalesce(tenant_id, 0), secret_hash, revoked_at IS NOT NULL, last_used_at
-FROM api_keys WHERE id = :key_id;
+-- 1. Claim the key, or read it if it exists (orchestrator.Service.BeginIdempotent).
+WITH ins AS (
+    INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
+        status, lock_token, locked_until, created_at, updated_at, expires_at)
+    VALUES (:tenant_id, 'POST /v1/payments', ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), '\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea, '{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb,
+        'in_progress', md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid, now() + interval '60 seconds', now(), now(), now() + interval '24 hours')
+    ON CONFLICT (tenant_id, operation, key) DO NOTHING
+    RETURNING expires_at
+)
+SELECT true, NULL::bytea, NULL::jsonb, ''::text, NULL::text, NULL::timestamptz, NULL::text,
+    NULL::int, NULL::jsonb, NULL::bytea, expires_at
+FROM ins
+UNION ALL
+SELECT false, request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
+    response_status, response_headers, response_body, expires_at
+FROM idempotency_keys
+WHERE tenant_id = :tenant_id AND operation = 'POST /v1/payments' AND key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND NOT EXISTS (SELECT 1 FROM ins);
 
--- 2. Claim the key (orchestrator.Service.BeginIdempotent).
-INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
-    status, lock_token, locked_until, created_at, updated_at, expires_at)
-VALUES (:tenant_id, 'POST /v1/payments', ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), '\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea, '{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb,
-    'in_progress', md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid, now() + interval '60 seconds', now(), now(), now() + interval '24 hours')
-ON CONFLICT (tenant_id, operation, key) DO NOTHING
-RETURNING expires_at;
-
--- 3. Create the pending payment, its first event, and the checkpoint, in
---    one transaction (orchestrator.Service.Authorize, stateEvent, checkpoint).
-BEGIN;
-INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
-    currency, provider, payment_method, description, metadata, created_at, updated_at)
-VALUES (:tenant_id, ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), '\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea, '{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb, 'pending', 1000,
-    'EUR', 'fake', 'pm_card_visa', '', '{}'::jsonb, now(), now())
-ON CONFLICT (tenant_id, id) DO NOTHING
-RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+-- 2. Create the pending payment, its first event and the key's checkpoint
+--    in one statement (createPaymentSQL in orchestrator/authorize.go).
+WITH p AS (
+    INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
+        currency, provider, payment_method, description, metadata, created_at, updated_at)
+    VALUES (:tenant_id, ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), '\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea, '{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb, 'pending', 1000,
+        'EUR', 'fake', 'pm_card_visa', '', '{}'::jsonb, now(), now())
+    ON CONFLICT (tenant_id, id) DO NOTHING
+    RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
     provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-    capture_before, created_at, updated_at, request_hash, field_hashes;
-INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
-VALUES (:tenant_id, ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), now());
-UPDATE idempotency_keys SET recovery_point = 'payment_created', payment_id = coalesce(payment_id, nullif(('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), '')), updated_at = now()
-WHERE tenant_id = :tenant_id AND operation = 'POST /v1/payments' AND key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND lock_token = md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid;
-COMMIT;
+    capture_before, created_at, updated_at, request_hash, field_hashes
+), event AS (
+    INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
+    SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), now()
+    FROM p
+), checkpoint AS (
+    UPDATE idempotency_keys k SET recovery_point = 'payment_created', payment_id = coalesce(k.payment_id, p.id), updated_at = now()
+    FROM p
+    WHERE k.tenant_id = :tenant_id AND k.operation = 'POST /v1/payments' AND k.key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND k.lock_token = md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid
+)
+SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+    provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+    capture_before, created_at, updated_at, request_hash, field_hashes FROM p;
 
 -- (the provider creates the hold: HTTP, no SQL)
--- 4. Save the provider's reference before confirming (OnReference in
+-- 3. Save the provider's reference before confirming (OnReference in
 --    orchestrator.Service.authorizeAtProvider).
 UPDATE payments SET provider_ref = ('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24))
 WHERE tenant_id = :tenant_id AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND provider_ref IS NULL;
 
 -- (the provider confirms the hold: HTTP, no SQL)
--- 5. Record the provider call (orchestrator.Service.callProvider).
-INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
-VALUES (:tenant_id, ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), 'provider_call', 'authorize', 'po_' || md5(('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) || md5(('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))), 'ok', 0.5,
-    '{"provider": "fake"}'::jsonb, now());
-
--- 6. Settle: the payment is authorized, its event, the checkpoint, in one
---    transaction (orchestrator.Service.settleAuthorize).
-BEGIN;
-UPDATE payments SET status = 'authorized', provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), provider_ref),
-    capture_before = now() + interval '7 days', failure_code = NULL, updated_at = now()
-WHERE tenant_id = :tenant_id AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND status = 'pending'
-RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+-- 4. Settle: the payment is authorized, the provider call and the state
+--    change in its history, the key's checkpoint, in one statement
+--    (settleAuthorizeSQL in orchestrator/authorize.go).
+WITH p AS (
+    UPDATE payments SET status = 'authorized', provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), provider_ref),
+        capture_before = now() + interval '7 days', failure_code = NULL, updated_at = now()
+    WHERE tenant_id = :tenant_id AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND status = 'pending'
+    RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
     provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-    capture_before, created_at, updated_at, request_hash, field_hashes;
-INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
-VALUES (:tenant_id, ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), 'state_changed', 'pending', 'authorized', '{}'::jsonb, now());
-UPDATE idempotency_keys SET recovery_point = 'provider_settled', payment_id = coalesce(payment_id, nullif(('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), '')), updated_at = now()
-WHERE tenant_id = :tenant_id AND operation = 'POST /v1/payments' AND key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND lock_token = md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid;
-COMMIT;
+    capture_before, created_at, updated_at, request_hash, field_hashes
+), events AS (
+    INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
+        from_status, to_status, detail, created_at)
+    SELECT :tenant_id, ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), 'provider_call', 'authorize'::text,
+        ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)))::text, 'ok'::text, 0.5::double precision,
+        NULL::text, NULL::text, '{"provider": "fake"}'::jsonb, now()
+    WHERE 'authorize'::text IS NOT NULL
+    UNION ALL
+    SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, '{}'::jsonb, now()
+    FROM p
+), checkpoint AS (
+    UPDATE idempotency_keys k SET recovery_point = 'provider_settled', payment_id = coalesce(k.payment_id, p.id), updated_at = now()
+    FROM p
+    WHERE k.tenant_id = :tenant_id AND k.operation = 'POST /v1/payments' AND k.key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND k.lock_token = md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid
+)
+SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+    provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+    capture_before, created_at, updated_at, request_hash, field_hashes FROM p;
 
--- 7. Store the answer for replays and release the lease
+-- 5. Store the answer for replays and release the lease
 --    (orchestrator.Service.CompleteIdempotent; the body is a real 485-byte
 --    201 answer).
 UPDATE idempotency_keys SET status = 'completed', response_status = 201,

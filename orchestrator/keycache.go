@@ -1,0 +1,288 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/sha256"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The API key cache spares Authenticate its database round trip. It holds
+// valid, non-revoked keys only, and only while a listener on a dedicated
+// connection hears NOTIFY payorch_api_keys (migration 00005: sent after
+// anything authentication reads changes, and on delete), so a revocation
+// anywhere reaches every instance within the notification's delivery time.
+// Whenever the listener is down the cache is off and empty: every
+// Authenticate reads the database, as without the cache.
+//
+// A generation counter closes the race between a request that read a key
+// and a revocation that commits (and is heard) before the request caches
+// what it read: every invalidation advances the generation, and an entry is
+// only stored if the generation is the one read before the database read.
+const (
+	keyCacheChannel = "payorch_api_keys"
+	// keyCacheMaxEntries bounds the cache; past it an arbitrary entry goes.
+	keyCacheMaxEntries = 10_000
+	// keyCacheMaxAge is a backstop: an entry is re-read at least this often
+	// even if no notification ever came.
+	keyCacheMaxAge = 60 * time.Second
+
+	keyListenerMinBackoff = 100 * time.Millisecond
+	keyListenerMaxBackoff = 10 * time.Second
+	// keyListenerPingEvery: after this long without a notification the
+	// listener pings its connection, so a silently dead one is noticed.
+	keyListenerPingEvery = 30 * time.Second
+	keyListenerTimeout   = 10 * time.Second
+)
+
+// cachedKey is what Authenticate needs of a valid key.
+type cachedKey struct {
+	role     Role
+	tenantID int64
+	hash     [sha256.Size]byte
+	// lastUsed is the key's last_used_at as this instance knows it; zero
+	// when never used.
+	lastUsed time.Time
+	// added is when the entry was stored, on the cache's clock.
+	added time.Time
+}
+
+// keyCache is a bounded map of valid keys guarded by a generation counter.
+// It is off (empty, refusing entries) until enabled.
+type keyCache struct {
+	maxEntries int
+	maxAge     time.Duration
+	now        func() time.Time // for maxAge; time.Now
+
+	mu      sync.Mutex
+	enabled bool
+	gen     uint64
+	entries map[string]*cachedKey
+}
+
+func newKeyCache(maxEntries int, maxAge time.Duration) *keyCache {
+	return &keyCache{maxEntries: maxEntries, maxAge: maxAge, now: time.Now, entries: make(map[string]*cachedKey)}
+}
+
+// lastUsedDue reports whether a key last used at lastUsed (zero: never) is
+// due a last_used_at write at now.
+func lastUsedDue(lastUsed, now time.Time) bool {
+	return lastUsed.IsZero() || now.Sub(lastUsed) >= lastUsedGranularity
+}
+
+// lookup returns id's entry when the cache is on and holds a fresh one. If
+// the key is due a last_used_at write at now, the entry's lastUsed becomes
+// now and touch is true: the caller writes it (so one request a minute per
+// key does, not every concurrent one).
+func (c *keyCache) lookup(id string, now time.Time) (e cachedKey, touch, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.enabled {
+		return cachedKey{}, false, false
+	}
+	p := c.entries[id]
+	if p == nil {
+		return cachedKey{}, false, false
+	}
+	if c.now().Sub(p.added) >= c.maxAge {
+		delete(c.entries, id)
+		return cachedKey{}, false, false
+	}
+	if lastUsedDue(p.lastUsed, now) {
+		p.lastUsed, touch = now, true
+	}
+	return *p, touch, true
+}
+
+// generation returns the current generation, to be read before the
+// database read whose result is then offered to put.
+func (c *keyCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// put stores e under id if the cache is on and nothing was invalidated
+// since gen was read; it reports whether it did.
+func (c *keyCache) put(gen uint64, id string, e cachedKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.enabled || gen != c.gen {
+		return false
+	}
+	if _, ok := c.entries[id]; !ok && len(c.entries) >= c.maxEntries {
+		for old := range c.entries { // map order: an arbitrary victim
+			delete(c.entries, old)
+			break
+		}
+	}
+	e.added = c.now()
+	c.entries[id] = &e
+	return true
+}
+
+// invalidate drops id ("" drops every entry) and advances the generation,
+// so no read that began before it is cached after it.
+func (c *keyCache) invalidate(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	if id == "" {
+		clear(c.entries)
+		return
+	}
+	delete(c.entries, id)
+}
+
+// setEnabled turns the cache on or off; either way it is emptied and the
+// generation advances.
+func (c *keyCache) setEnabled(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.entries)
+	c.enabled = on
+}
+
+// isEnabled reports whether the cache is on (its listener is healthy).
+func (c *keyCache) isEnabled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.enabled
+}
+
+// len returns the number of entries.
+func (c *keyCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
+// StartKeyCache turns on the in-process API key cache: a dedicated
+// connection (not one of the pool's) listens for payorch_api_keys
+// notifications, and while it does, Authenticate serves keys it has already
+// verified once from memory (still comparing the presented secret's hash).
+// When the connection fails, the cache is turned off and emptied until the
+// listener has reconnected (with backoff) and listens again. The cache stays
+// off until this is called. stop ends the listener, turns the cache off and
+// waits; so does ctx being done. One listener per Service: a second call
+// while one runs starts nothing and returns a no-op stop.
+func (s *Service) StartKeyCache(ctx context.Context) (stop func()) {
+	s.keyListenerMu.Lock()
+	defer s.keyListenerMu.Unlock()
+	if s.keyListenerOn {
+		s.logger.WarnContext(ctx, "api key cache already started")
+		return func() {}
+	}
+	s.keyListenerOn = true
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.listenForKeys(ctx)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			s.keyListenerMu.Lock()
+			s.keyListenerOn = false
+			s.keyListenerMu.Unlock()
+		})
+	}
+}
+
+// listenForKeys keeps a listener connection up until ctx is done; the
+// cache is on exactly while one listens.
+func (s *Service) listenForKeys(ctx context.Context) {
+	defer s.keys.setEnabled(false)
+	dial := s.keyListenerConn
+	if s.keyListenerDial != nil {
+		dial = s.keyListenerDial
+	}
+	backoff := keyListenerMinBackoff
+	reconnect := false
+	for {
+		conn, err := dial(ctx)
+		if err == nil {
+			// Listening: every change committed from now on will be heard,
+			// and setEnabled advances the generation, so nothing read while
+			// the listener was down can be cached.
+			s.keys.setEnabled(true)
+			if reconnect {
+				s.logger.InfoContext(ctx, "api key cache listener reconnected; cache on")
+			} else {
+				s.logger.DebugContext(ctx, "api key cache listener started; cache on")
+			}
+			backoff = keyListenerMinBackoff
+			err = s.keyNotifications(ctx, conn)
+			s.keys.setEnabled(false)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = conn.Close(cctx)
+			cancel()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		reconnect = true
+		s.logger.WarnContext(ctx, "api key cache off: its notification listener failed; authenticating against the database until it reconnects",
+			"error", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, keyListenerMaxBackoff)
+	}
+}
+
+// keyListenerConn opens the listener's own connection, configured like
+// the pool's, and LISTENs on it.
+func (s *Service) keyListenerConn(ctx context.Context) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, keyListenerTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+keyCacheChannel); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// keyNotifications evicts the key of each notification on conn until conn
+// fails (its error is returned) or ctx is done.
+func (s *Service) keyNotifications(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, keyListenerPingEvery)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if n != nil && n.Channel == keyCacheChannel {
+			s.keys.invalidate(n.Payload)
+		}
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if pgconn.Timeout(err) && !conn.IsClosed() {
+			// Quiet, not necessarily dead: make sure.
+			pctx, cancel := context.WithTimeout(ctx, keyListenerTimeout)
+			err = conn.Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+		}
+		return err
+	}
+}
