@@ -38,6 +38,7 @@ type Claim struct {
 	Operation string
 	Key       string
 	token     string
+	fp        Fingerprint
 	// Takeover is set when this claim took over the expired lease of a
 	// crashed (or stuck) owner.
 	Takeover bool
@@ -117,6 +118,13 @@ type keyRow struct {
 // idempotency_key_in_use with RetryAfter; an expired or released lease is
 // taken over by compare-and-swap, by exactly one request.
 func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (Begin, error) {
+	rk := replayKey{req.TenantID, req.Operation, req.Key}
+	if e, ok := s.replays.get(rk, s.now()); ok {
+		if e.requestHash != string(req.Fingerprint.Hash) {
+			return Begin{ExpiresAt: e.expiresAt}, reusedError(e.fieldHashes, req.Fingerprint.Fields)
+		}
+		return Begin{ExpiresAt: e.expiresAt, Replay: e.response}, nil
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		now := s.now()
 		token := newToken()
@@ -161,7 +169,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		}
 		if claimed {
 			return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, RecoveryPoint: "started", ExpiresAt: k.ExpiresAt}}, nil
+				token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: k.ExpiresAt}}, nil
 		}
 		if rp != nil {
 			k.RecoveryPoint = *rp
@@ -188,15 +196,17 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				return Begin{}, internalf("renew idempotency key: %w", err)
 			}
 			return Begin{ExpiresAt: exp, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, RecoveryPoint: "started", ExpiresAt: exp}}, nil
+				token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: exp}}, nil
 		}
 
 		if string(k.RequestHash) != string(req.Fingerprint.Hash) {
 			return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
 		}
 		if k.Status == "completed" {
-			return Begin{ExpiresAt: k.ExpiresAt, Replay: &StoredResponse{
-				Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}}, nil
+			r := &StoredResponse{Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}
+			s.replays.put(rk, &replayEntry{requestHash: string(k.RequestHash), fieldHashes: k.FieldHashes,
+				response: r, expiresAt: k.ExpiresAt})
+			return Begin{ExpiresAt: k.ExpiresAt, Replay: r}, nil
 		}
 		if k.LockedUntil != nil && k.LockedUntil.After(now) {
 			return Begin{ExpiresAt: k.ExpiresAt}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
@@ -224,7 +234,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
 		}
 		return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-			token: token, Takeover: takeover, Resumed: !takeover, RecoveryPoint: k.RecoveryPoint, ExpiresAt: k.ExpiresAt}}, nil
+			token: token, fp: req.Fingerprint, Takeover: takeover, Resumed: !takeover, RecoveryPoint: k.RecoveryPoint, ExpiresAt: k.ExpiresAt}}, nil
 	}
 	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
@@ -265,6 +275,9 @@ func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID st
 	if tag.RowsAffected() == 0 {
 		return ErrLeaseLost
 	}
+	stored := res
+	s.replays.put(replayKey{c.TenantID, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
+		fieldHashes: c.fp.Fields, response: &stored, expiresAt: c.ExpiresAt})
 	return nil
 }
 

@@ -46,6 +46,10 @@ type Config struct {
 	// TracerProvider makes the span of each provider call; nil means no
 	// spans (the OpenTelemetry no-op).
 	TracerProvider trace.TracerProvider
+	// ReplayCache is how many completed idempotency keys each instance
+	// keeps in memory to answer replays without reading the database
+	// (replaycache.go); 0 turns it off.
+	ReplayCache int
 	// MeterProvider takes the Service's metrics: provider call durations,
 	// lease takeovers, purged keys and the pending gauges (computed from
 	// the database when collected). Nil means no metrics.
@@ -63,6 +67,8 @@ type Service struct {
 	lease           time.Duration
 	keyTTL          time.Duration
 	tel             *telemetry
+	// replays holds completed keys for replays; nil when off.
+	replays *replayCache
 
 	// keys caches valid API keys while StartKeyCache's listener runs.
 	keys          *keyCache
@@ -77,7 +83,7 @@ type Service struct {
 func NewService(cfg Config) *Service {
 	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger, providers: cfg.Providers,
 		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
-		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge)}
+		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache)}
 	if s.providerTimeout == 0 {
 		s.providerTimeout = 15 * time.Second
 	}

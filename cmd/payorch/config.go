@@ -43,6 +43,10 @@ type config struct {
 	// revocations (NOTIFY payorch_api_keys); off, every request reads its
 	// key from the database.
 	APIKeyCache bool
+	// ReplayCache (PAYORCH_REPLAY_CACHE) is how many completed idempotency
+	// keys `serve` and `dev` keep in memory to answer replays; 0 turns it
+	// off.
+	ReplayCache int
 	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL;
 	// empty means run one embedded in this process.
 	FakeURL string
@@ -107,6 +111,7 @@ func defaultConfig() config {
 		ShutdownTimeout: 30 * time.Second,
 		DBMaxConns:      20,
 		APIKeyCache:     true,
+		ReplayCache:     10_000,
 
 		DefaultProvider:  "fake",
 		ProviderTimeout:  15 * time.Second,
@@ -168,6 +173,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	boolean("PAYORCH_AUTO_MIGRATE", &c.AutoMigrate)
 	boolean("PAYORCH_API_KEY_CACHE", &c.APIKeyCache)
+	num("PAYORCH_REPLAY_CACHE", &c.ReplayCache)
 	dur := func(name string, dst *time.Duration) {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -213,6 +219,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_RATE_LIMIT: must be 0 (off) or positive")
 	case c.DevPGPort <= 0 || c.DevPGPort > 65535:
 		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
+	case c.ReplayCache < 0 || c.ReplayCache > 1_000_000:
+		return errors.New("PAYORCH_REPLAY_CACHE: must be from 0 (off) to 1000000 entries")
 	case c.DBMaxConns < 2:
 		return errors.New("PAYORCH_DB_MAX_CONNS: must be at least 2")
 	case c.ShutdownTimeout <= 0:

@@ -144,6 +144,8 @@ func TestCLIErrors(t *testing.T) {
 		"NegativeLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
 		"BadLogLevel":     {map[string]string{"PAYORCH_LOG_LEVEL": "loud"}, []string{"version"}, "PAYORCH_LOG_LEVEL"},
 		"BadKeyCache":     {map[string]string{"PAYORCH_API_KEY_CACHE": "maybe"}, []string{"version"}, "PAYORCH_API_KEY_CACHE"},
+		"BadReplayCache":  {map[string]string{"PAYORCH_REPLAY_CACHE": "-5"}, []string{"version"}, "PAYORCH_REPLAY_CACHE"},
+		"BadDebugListen":  {map[string]string{"PAYORCH_DEBUG_LISTEN": "0.0.0.0:6060"}, []string{"version"}, "PAYORCH_DEBUG_LISTEN"},
 		"NoDatabaseURL":   {nil, []string{"tenants", "list"}, "DATABASE_URL"},
 		"CreateNeedsName": {map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/x"}, []string{"tenants", "create"}, "--name"},
 	} {

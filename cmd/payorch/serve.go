@@ -162,6 +162,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		ProviderTimeout: cfg.ProviderTimeout,
 		Lease:           cfg.IdempotencyLease,
 		KeyTTL:          cfg.IdempotencyTTL,
+		ReplayCache:     cfg.ReplayCache,
 		TracerProvider:  tel.tracerProvider,
 		MeterProvider:   tel.meterProvider,
 	})
