@@ -124,19 +124,16 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 	defer cancel()
 	res, execErr := exec(xctx, claim)
 
-	var stored orchestrator.StoredResponse
+	if done := claim.Completed(); done != nil { // stored with the outcome's own write
+		execResult = "stored"
+		return s.sendStored(c, *done)
+	}
+	stored, storable, err := s.storedResponse(c, res, execErr)
 	switch {
-	case execErr == nil && !res.pending:
-		body, err := json.Marshal(res.body)
-		if err != nil {
-			_ = s.svc.ReleaseIdempotent(xctx, claim)
-			return err
-		}
-		stored = orchestrator.StoredResponse{Status: res.status, Body: append(body, '\n'),
-			Header: map[string]string{echo.HeaderContentType: echo.MIMEApplicationJSON}}
-		if res.location != "" {
-			stored.Header[echo.HeaderLocation] = res.location
-		}
+	case err != nil:
+		_ = s.svc.ReleaseIdempotent(xctx, claim)
+		return err
+	case storable:
 	case execErr == nil: // pending: answer 202, keep nothing
 		execResult = "pending"
 		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
@@ -146,15 +143,6 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 			c.Response().Header().Set(echo.HeaderLocation, res.location)
 		}
 		return c.JSON(res.status, res.body)
-	case storedCodes[orchestrator.ErrorCode(execErr)]:
-		var appErr *orchestrator.Error
-		errors.As(execErr, &appErr)
-		c.Set(errorCodeKey, appErr.Code)
-		prob := s.problem(c, appErr)
-		prob.PaymentID = res.paymentID
-		body, _ := json.Marshal(prob)
-		stored = orchestrator.StoredResponse{Status: prob.Status, Body: append(body, '\n'),
-			Header: map[string]string{echo.HeaderContentType: "application/problem+json"}}
 	default:
 		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
 			s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
@@ -168,9 +156,43 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 		s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with this execution's result")
 	}
 	execResult = "stored"
+	return s.sendStored(c, stored)
+}
+
+// sendStored answers with a stored response as it was stored.
+func (s *Server) sendStored(c echo.Context, stored orchestrator.StoredResponse) error {
 	h := c.Response().Header()
 	for k, v := range stored.Header {
 		h.Set(k, v)
 	}
 	return c.Blob(stored.Status, stored.Header[echo.HeaderContentType], stored.Body)
+}
+
+// storedResponse renders an execution's final answer as it is stored for
+// replays: storable is false for answers that are not stored (pending,
+// 5xx and other errors outside storedCodes).
+func (s *Server) storedResponse(c echo.Context, res result, execErr error) (stored orchestrator.StoredResponse, storable bool, err error) {
+	switch {
+	case execErr == nil && !res.pending:
+		body, err := json.Marshal(res.body)
+		if err != nil {
+			return stored, false, err
+		}
+		stored = orchestrator.StoredResponse{Status: res.status, Body: append(body, '\n'),
+			Header: map[string]string{echo.HeaderContentType: echo.MIMEApplicationJSON}}
+		if res.location != "" {
+			stored.Header[echo.HeaderLocation] = res.location
+		}
+		return stored, true, nil
+	case execErr != nil && storedCodes[orchestrator.ErrorCode(execErr)]:
+		var appErr *orchestrator.Error
+		errors.As(execErr, &appErr)
+		c.Set(errorCodeKey, appErr.Code)
+		prob := s.problem(c, appErr)
+		prob.PaymentID = res.paymentID
+		body, _ := json.Marshal(prob)
+		return orchestrator.StoredResponse{Status: prob.Status, Body: append(body, '\n'),
+			Header: map[string]string{echo.HeaderContentType: "application/problem+json"}}, true, nil
+	}
+	return stored, false, nil
 }

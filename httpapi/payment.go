@@ -53,13 +53,21 @@ func (s *Server) createPayment(c echo.Context) error {
 	id := orchestrator.PaymentID(p.TenantID, key)
 	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
 	in.Fingerprint = fp
-	return s.idempotent(c, orchestrator.OpAuthorize, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
-		out, err := s.svc.Authorize(ctx, claim, in)
+	answer := func(out orchestrator.Outcome, err error) (result, error) {
 		res := result{status: http.StatusCreated, body: out.Payment, location: paymentLocation(id), paymentID: id, pending: out.Pending}
 		if out.Pending {
 			res.status = http.StatusAccepted
 		}
 		return res, err
+	}
+	return s.idempotent(c, orchestrator.OpAuthorize, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
+		// The settling write stores the answer too (one statement less).
+		claim.Render = func(out orchestrator.Outcome, err error) (orchestrator.StoredResponse, bool) {
+			res, err := answer(out, err)
+			stored, ok, rerr := s.storedResponse(c, res, err)
+			return stored, ok && rerr == nil
+		}
+		return answer(s.svc.Authorize(ctx, claim, in))
 	})
 }
 

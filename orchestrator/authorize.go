@@ -1,7 +1,9 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"regexp"
 	"time"
 	"unicode/utf8"
@@ -189,12 +191,16 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 	if prov == nil {
 		return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
 	}
+	var saved string // the reference OnReference wrote
 	req := providers.AuthorizeRequest{
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, Description: p.Description,
 		OnReference: func(ctx context.Context, ref string) error {
 			const q = `UPDATE payments SET provider_ref = $3 WHERE tenant_id = $1 AND id = $2 AND provider_ref IS NULL`
-			_, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, ref)
+			tag, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, ref)
+			if err == nil && tag.RowsAffected() == 1 {
+				saved = ref
+			}
 			return err
 		},
 	}
@@ -204,15 +210,18 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 		hold, err = prov.Authorize(ctx, req)
 		return err
 	})
+	if saved != "" {
+		p.ProviderRef = &saved
+	}
 	return s.settleAuthorize(ctx, c, p, hold, err, &call)
 }
 
 // settleAuthorizeSQL settles a pending payment: the payment, the provider
 // call that settled it (when $8 is not NULL) and the state change, in that
-// order in the history, and the key's checkpoint, in one statement. The
-// call is recorded even when the payment was settled meanwhile (p is
-// empty).
-var settleAuthorizeSQL = `
+// order in the history, and then the key, in one statement. The call is
+// recorded even when the payment was settled meanwhile (p is empty). The
+// last column says whether the key was completed.
+const settleAuthorizeHead = `
 	WITH p AS (
 		UPDATE payments SET status = $3, provider_ref = coalesce($4, provider_ref), capture_before = $5,
 			failure_code = $6, updated_at = $7
@@ -227,8 +236,24 @@ var settleAuthorizeSQL = `
 		UNION ALL
 		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, $14::jsonb, $7
 		FROM p
-	), ` + checkpointCTE(7, 15) + `
-	SELECT ` + paymentCols + ` FROM p`
+	), `
+
+var (
+	// settleAuthorizeSQL moves the key's recovery point ($15 to $19).
+	settleAuthorizeSQL = settleAuthorizeHead + checkpointCTE(7, 15) + `
+	SELECT ` + paymentCols + `, false FROM p`
+	// settleCompleteSQL completes the key ($15 to $18) with the response
+	// rendered beforehand ($19 to $21).
+	settleCompleteSQL = settleAuthorizeHead + `complete AS (
+		UPDATE idempotency_keys k SET status = 'completed', response_status = $19, response_headers = $20,
+			response_body = $21, payment_id = p.id, recovery_point = 'finished', lock_token = NULL,
+			locked_until = NULL, updated_at = $7
+		FROM p
+		WHERE k.tenant_id = $15 AND k.operation = $16 AND k.key = $17 AND k.lock_token = $18::uuid
+		RETURNING 1
+	)
+	SELECT ` + paymentCols + `, EXISTS (SELECT 1 FROM complete) FROM p`
+)
 
 // settleAuthorize records a provider's answer to an authorization of a
 // pending payment. call is the provider call that gave the answer, still
@@ -266,14 +291,18 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		return Outcome{Payment: p, Pending: true}, nil
 	}
 
-	now := s.now()
-	var ref *string
+	// Times are kept to the microsecond, as PostgreSQL keeps them, so the
+	// payment written is the payment predicted below.
+	now := s.now().Truncate(time.Microsecond).UTC()
+	settled := p
+	settled.Status, settled.FailureCode, settled.UpdatedAt = to, failure, now
 	if hold.Ref != "" {
-		ref = &hold.Ref
+		settled.ProviderRef = &hold.Ref
 	}
-	var captureBefore *time.Time
+	settled.CaptureBefore = nil
 	if !hold.CaptureBefore.IsZero() {
-		captureBefore = &hold.CaptureBefore
+		t := hold.CaptureBefore.Truncate(time.Microsecond).UTC()
+		settled.CaptureBefore = &t
 	}
 	detail := map[string]any{}
 	if failure != nil {
@@ -283,11 +312,28 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	if call != nil {
 		rc = *call
 	}
+	args := []any{p.TenantID, p.ID, to, nullIfEmpty(hold.Ref), settled.CaptureBefore, failure, now,
+		nullIfEmpty(rc.operation), rc.forwardedKey, rc.outcome, rc.latencyMS, rc.detail, rc.at, detail}
 	ck := claimArgs(c)
-	rows, _ := s.pool.Query(ctx, settleAuthorizeSQL, p.TenantID, p.ID, to, ref, captureBefore, failure, now,
-		nullIfEmpty(rc.operation), rc.forwardedKey, rc.outcome, rc.latencyMS, rc.detail, rc.at, detail,
-		ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
-	out, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	q := settleAuthorizeSQL
+	// With a renderer, the answer to store is rendered from the settled
+	// payment as predicted, and stored by the same statement.
+	var stored *StoredResponse
+	if c != nil && c.Render != nil {
+		if res, ok := c.Render(authorizeResult(settled)); ok {
+			stored = &res
+			q = settleCompleteSQL
+			args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, res.Status, res.Header, res.Body)
+		}
+	}
+	if stored == nil {
+		args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
+	}
+	var completed bool
+	rows, _ := s.pool.Query(ctx, q, args...)
+	out, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Payment, error) {
+		return scanPaymentAnd(row, &completed)
+	})
 	if isNoRows(err) {
 		// Settled meanwhile by another execution or the resolver (the call
 		// is recorded all the same).
@@ -304,7 +350,44 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		}
 		return Outcome{}, internalf("settle authorization: %w", err)
 	}
+	if completed {
+		if err := s.checkStored(ctx, c, stored, settled, out); err != nil {
+			return Outcome{}, err
+		}
+	}
 	return authorizeResult(out)
+}
+
+// checkStored makes sure the response a settling statement stored was
+// rendered from the payment it wrote: predicted is what it was rendered
+// from, written what the statement returned. They are equal unless the
+// pending payment changed under the lease; then the stored response is
+// replaced, by compare-and-swap on the stored body, with one rendered
+// from the payment as written.
+func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredResponse, predicted, written Payment) error {
+	a, errA := json.Marshal(predicted)
+	b, errB := json.Marshal(written)
+	if errA == nil && errB == nil && bytes.Equal(a, b) {
+		c.completed = stored
+		s.completed(c, *stored)
+		return nil
+	}
+	s.logger.ErrorContext(ctx, "stored response was rendered from a payment that differs from the one written; storing it again",
+		"payment_id", written.ID, "predicted", string(a), "written", string(b))
+	res, ok := c.Render(authorizeResult(written))
+	if !ok {
+		return internalf("payment %s: settled answer not storable", written.ID)
+	}
+	const q = `
+		UPDATE idempotency_keys SET response_status = $4, response_headers = $5, response_body = $6
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND status = 'completed' AND response_body = $7`
+	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, res.Status, res.Header, res.Body, stored.Body)
+	if err != nil || tag.RowsAffected() != 1 {
+		return internalf("restore stored response of %s: %v (%d rows)", written.ID, err, tag.RowsAffected())
+	}
+	c.completed = &res
+	s.completed(c, res)
+	return nil
 }
 
 // providerCall is one provider call as a payment's history records it.

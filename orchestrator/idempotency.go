@@ -48,7 +48,18 @@ type Claim struct {
 	// RecoveryPoint is the last step the key's executions recorded.
 	RecoveryPoint string
 	ExpiresAt     time.Time
+	// Render, when the caller sets it, turns the request's final outcome
+	// into the response to store (ok false: not stored, e.g. pending).
+	// With it, the statement that settles an authorization completes the
+	// key too, one write instead of two, and Completed returns what it
+	// stored.
+	Render    func(Outcome, error) (res StoredResponse, ok bool)
+	completed *StoredResponse
 }
+
+// Completed returns the response stored with the request's final write,
+// or nil when the key is still to be completed (CompleteIdempotent).
+func (c *Claim) Completed() *StoredResponse { return c.completed }
 
 // Begin is the result of BeginIdempotent: exactly one of Claim (execute the
 // request) and Replay (send the stored response) is set when err is nil.
@@ -275,10 +286,14 @@ func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID st
 	if tag.RowsAffected() == 0 {
 		return ErrLeaseLost
 	}
-	stored := res
-	s.replays.put(replayKey{c.TenantID, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
-		fieldHashes: c.fp.Fields, response: &stored, expiresAt: c.ExpiresAt})
+	s.completed(c, res)
 	return nil
+}
+
+// completed notes that c's key now holds res.
+func (s *Service) completed(c *Claim, res StoredResponse) {
+	s.replays.put(replayKey{c.TenantID, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
+		fieldHashes: c.fp.Fields, response: &res, expiresAt: c.ExpiresAt})
 }
 
 // ReleaseIdempotent gives claim's lease up without storing a response (5xx

@@ -84,10 +84,16 @@ const paymentCols = `tenant_id, id, status, amount_minor, currency, captured_min
 	capture_before, created_at, updated_at, request_hash, field_hashes`
 
 func scanPayment(row pgx.CollectableRow) (Payment, error) {
+	return scanPaymentAnd(row)
+}
+
+// scanPaymentAnd scans paymentCols followed by extra columns into extra.
+func scanPaymentAnd(row pgx.CollectableRow, extra ...any) (Payment, error) {
 	var p Payment
-	err := row.Scan(&p.TenantID, &p.ID, &p.Status, &p.AmountMinor, &p.Currency, &p.CapturedMinor, &p.RefundedMinor,
+	dst := []any{&p.TenantID, &p.ID, &p.Status, &p.AmountMinor, &p.Currency, &p.CapturedMinor, &p.RefundedMinor,
 		&p.Provider, &p.ProviderRef, &p.PaymentMethod, &p.IdempotencyKey, &p.Description, &p.Metadata, &p.FailureCode,
-		&p.CaptureBefore, &p.CreatedAt, &p.UpdatedAt, &p.requestHash, &p.fieldHashes)
+		&p.CaptureBefore, &p.CreatedAt, &p.UpdatedAt, &p.requestHash, &p.fieldHashes}
+	err := row.Scan(append(dst, extra...)...)
 	p.Object = "payment"
 	if p.Metadata == nil {
 		p.Metadata = map[string]string{}

@@ -69,9 +69,11 @@ UPDATE payments SET provider_ref = ('fh_' || substr(md5('pgb-' || :run::text || 
 WHERE tenant_id = :tenant_id AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND provider_ref IS NULL;
 
 -- (the provider confirms the hold: HTTP, no SQL)
--- 4. Settle: the payment is authorized, the provider call and the state
---    change in its history, the key's checkpoint, in one statement
---    (settleAuthorizeSQL in orchestrator/authorize.go).
+-- 4. Settle and answer: the payment is authorized, the provider call and
+--    the state change go into its history, and the key is completed with
+--    the answer rendered beforehand (a real 485-byte 201 body) and its
+--    lease released, in one statement (settleCompleteSQL in
+--    orchestrator/authorize.go).
 WITH p AS (
     UPDATE payments SET status = 'authorized', provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), provider_ref),
         capture_before = now() + interval '7 days', failure_code = NULL, updated_at = now()
@@ -89,20 +91,16 @@ WITH p AS (
     UNION ALL
     SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, '{}'::jsonb, now()
     FROM p
-), checkpoint AS (
-    UPDATE idempotency_keys k SET recovery_point = 'provider_settled', payment_id = coalesce(k.payment_id, p.id), updated_at = now()
+), complete AS (
+    UPDATE idempotency_keys k SET status = 'completed', response_status = 201,
+        response_headers = ('{"Location": "/v1/payments/' || ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) || '", "Content-Type": "application/json"}')::jsonb,
+        response_body = '\x7b226964223a227061795f3766653362353337313365666366386636653163663833396266306463333064222c226f626a656374223a227061796d656e74222c2274656e616e745f6964223a312c22737461747573223a22617574686f72697a6564222c22616d6f756e745f6d696e6f72223a313030302c2263757272656e6379223a22455552222c2263617074757265645f6d696e6f72223a302c22726566756e6465645f6d696e6f72223a302c2270726f7669646572223a2266616b65222c2270726f76696465725f726566223a2266685f393066353431643539343539346164363038656534366263222c227061796d656e745f6d6574686f64223a22706d5f636172645f76697361222c226964656d706f74656e63795f6b6579223a22736372617463682d31222c226465736372697074696f6e223a22222c226d65746164617461223a7b7d2c226661696c7572655f636f6465223a6e756c6c2c22636170747572655f6265666f7265223a22323032362d31322d30395431323a31383a31332e3133353435335a222c22637265617465645f6174223a22323032362d31322d30325431323a31383a31332e3132323830365a222c22757064617465645f6174223a22323032362d31322d30325431323a31383a31332e3133363736385a227d0a'::bytea,
+        payment_id = p.id, recovery_point = 'finished', lock_token = NULL, locked_until = NULL, updated_at = now()
     FROM p
     WHERE k.tenant_id = :tenant_id AND k.operation = 'POST /v1/payments' AND k.key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND k.lock_token = md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid
+    RETURNING 1
 )
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
     provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-    capture_before, created_at, updated_at, request_hash, field_hashes FROM p;
-
--- 5. Store the answer for replays and release the lease
---    (orchestrator.Service.CompleteIdempotent; the body is a real 485-byte
---    201 answer).
-UPDATE idempotency_keys SET status = 'completed', response_status = 201,
-    response_headers = ('{"Location": "/v1/payments/' || ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) || '", "Content-Type": "application/json"}')::jsonb,
-    response_body = '\x7b226964223a227061795f3766653362353337313365666366386636653163663833396266306463333064222c226f626a656374223a227061796d656e74222c2274656e616e745f6964223a312c22737461747573223a22617574686f72697a6564222c22616d6f756e745f6d696e6f72223a313030302c2263757272656e6379223a22455552222c2263617074757265645f6d696e6f72223a302c22726566756e6465645f6d696e6f72223a302c2270726f7669646572223a2266616b65222c2270726f76696465725f726566223a2266685f393066353431643539343539346164363038656534366263222c227061796d656e745f6d6574686f64223a22706d5f636172645f76697361222c226964656d706f74656e63795f6b6579223a22736372617463682d31222c226465736372697074696f6e223a22222c226d65746164617461223a7b7d2c226661696c7572655f636f6465223a6e756c6c2c22636170747572655f6265666f7265223a22323032362d31322d30395431323a31383a31332e3133353435335a222c22637265617465645f6174223a22323032362d31322d30325431323a31383a31332e3132323830365a222c22757064617465645f6174223a22323032362d31322d30325431323a31383a31332e3133363736385a227d0a'::bytea,
-    payment_id = nullif(('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ''), recovery_point = 'finished', lock_token = NULL, locked_until = NULL, updated_at = now()
-WHERE tenant_id = :tenant_id AND operation = 'POST /v1/payments' AND key = ('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) AND lock_token = md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid;
+    capture_before, created_at, updated_at, request_hash, field_hashes, EXISTS (SELECT 1 FROM complete)
+FROM p;
