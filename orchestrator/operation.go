@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -109,10 +110,38 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		now := s.now()
-		rows, _ := tx.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+		// One round trip: lock the payment, then read what it already has
+		// (this key's operation; refunds and captures or cancels that did
+		// not fail). Each statement of the batch runs after the one before
+		// and takes its own snapshot, so the reads see everything committed
+		// before the lock was granted.
+		var (
+			reserved int64
+			busy     bool
+		)
+		b := &pgx.Batch{}
+		b.Queue(`SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
 			in.TenantID, in.PaymentID)
+		b.Queue(`SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, in.TenantID, opID)
+		b.Queue(`SELECT
+				(SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
+				 WHERE tenant_id = $1 AND payment_id = $2 AND kind = 'refund' AND status <> 'failed'),
+				EXISTS (SELECT 1 FROM payment_operations
+				 WHERE tenant_id = $1 AND payment_id = $2 AND kind IN ('capture', 'cancel') AND status <> 'failed')`,
+			in.TenantID, in.PaymentID)
+		br := tx.SendBatch(ctx, b)
+		rows, _ := br.Query()
 		var err error
 		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		var opErr error
+		if err == nil {
+			rows, _ = br.Query()
+			op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+			err = br.QueryRow().Scan(&reserved, &busy)
+		}
+		if cerr := br.Close(); err == nil && !isNoRows(cerr) {
+			err = cerr
+		}
 		if isNoRows(err) {
 			finalErr = notFound(in.PaymentID)
 			return nil
@@ -120,10 +149,7 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 		if err != nil {
 			return err
 		}
-		rows, _ = tx.Query(ctx, `SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`,
-			in.TenantID, opID)
-		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
-		if err == nil {
+		if opErr == nil {
 			if op.PaymentID != in.PaymentID {
 				// Only reachable once the key's record was purged.
 				finalErr = &Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key", Fields: []string{"path.id"},
@@ -131,19 +157,12 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 			}
 			return nil // resume
 		}
-		if !isNoRows(err) {
-			return err
+		if !isNoRows(opErr) {
+			return opErr
 		}
 
 		amount, expire, refusal := s.admit(kind, p, in.AmountMinor, now)
 		if kind == opRefund && refusal == nil {
-			var reserved int64
-			err := tx.QueryRow(ctx, `SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
-				WHERE tenant_id = $1 AND payment_id = $2 AND kind = 'refund' AND status <> 'failed'`,
-				p.TenantID, p.ID).Scan(&reserved)
-			if err != nil {
-				return err
-			}
 			left := p.CapturedMinor - reserved
 			switch {
 			case left <= 0:
@@ -168,13 +187,6 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 		if refusal == nil && kind != opRefund {
 			// Under the payment's row lock: one capture or cancel per hold.
 			// (The partial unique index is the backstop.)
-			var busy bool
-			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payment_operations
-				WHERE tenant_id = $1 AND payment_id = $2 AND kind IN ('capture', 'cancel') AND status <> 'failed')`,
-				p.TenantID, p.ID).Scan(&busy)
-			if err != nil {
-				return err
-			}
 			if busy {
 				refusal = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
 			}
@@ -183,16 +195,11 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 			finalErr = refusal
 			return nil
 		}
-		q := `INSERT INTO payment_operations (tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, amount_minor,
-				created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-			RETURNING ` + operationCols
-		rows, _ = tx.Query(ctx, q, p.TenantID, opID, p.ID, kind, in.Key, fwd, amount, now)
+		ck := claimArgs(c)
+		rows, _ = tx.Query(ctx, recordOperationSQL, p.TenantID, opID, p.ID, kind, in.Key, fwd, amount, now,
+			ck.tenantID, ck.operation, ck.key, ck.token, kind.String()+"_recorded")
 		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
-		if err != nil {
-			return err
-		}
-		return checkpoint(ctx, tx, c, kind.String()+"_recorded", p.ID, now)
+		return err
 	})
 	if err != nil {
 		return Outcome{}, internalf("%s: %w", meta.verb, err)
@@ -206,6 +213,19 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 	}
 	return s.operationAtProvider(ctx, c, p, op)
 }
+
+// recordOperationSQL inserts a pending operation and moves the key's
+// recovery point, in one statement.
+var recordOperationSQL = `
+	WITH o AS (
+		INSERT INTO payment_operations (tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, amount_minor,
+			created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+		RETURNING ` + operationCols + `
+	), p AS (
+		SELECT payment_id AS id FROM o
+	), ` + checkpointCTE(8, 9) + `
+	SELECT ` + operationCols + ` FROM o`
 
 func (k opKind) String() string { return string(k) }
 
@@ -252,7 +272,7 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 		hold     providers.Hold
 		refundID string
 	)
-	err := s.callProvider(ctx, p, string(op.Kind), op.ForwardedKey, func(ctx context.Context) error {
+	call, err := s.runProviderCall(ctx, p, string(op.Kind), op.ForwardedKey, func(ctx context.Context) error {
 		var err error
 		switch op.Kind {
 		case opCapture:
@@ -267,86 +287,148 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 		return err
 	})
 	_ = hold
-	return s.settleOperation(ctx, c, p, op, refundID, err)
+	return s.settleOperation(ctx, c, p, op, refundID, err, &call)
 }
 
-// settleOperation records a provider's answer to a pending operation.
-func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op operation, refundID string, callErr error) (Outcome, error) {
+// settleOperationSQL records a succeeded operation in one statement: the
+// operation, the payment's amounts and status (from the row as it is when
+// locked), the provider call ($7 to $12, when $7 is not NULL) and the
+// state change in its history, and the key's checkpoint. No row when the
+// operation was settled meanwhile.
+var settleOperationSQL = `
+	WITH o AS (
+		UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce($3, provider_ref), updated_at = $4
+		WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
+		RETURNING ` + operationCols + `
+	), p AS (
+		UPDATE payments p SET
+			status = CASE
+				WHEN o.kind = 'capture' THEN 'captured'
+				WHEN o.kind = 'cancel' THEN 'canceled'
+				WHEN p.refunded_minor + o.amount_minor >= p.captured_minor THEN 'refunded'
+				ELSE 'partially_refunded' END,
+			captured_minor = CASE WHEN o.kind = 'capture' THEN o.amount_minor ELSE p.captured_minor END,
+			refunded_minor = CASE WHEN o.kind = 'refund' THEN p.refunded_minor + o.amount_minor ELSE p.refunded_minor END,
+			updated_at = $4
+		FROM o, (SELECT status FROM payments WHERE tenant_id = $5 AND id = $6 FOR UPDATE) old
+		WHERE p.tenant_id = $5 AND p.id = $6
+		RETURNING ` + qualify("p", paymentCols) + `, old.status AS from_status
+	), events AS (
+		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
+			from_status, to_status, detail, created_at)
+		SELECT $5, $6, 'provider_call', $7::text, $8::text, $9::text, $10::double precision,
+			NULL::text, NULL::text, $11::jsonb, $12::timestamptz
+		WHERE $7::text IS NOT NULL
+		UNION ALL
+		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, p.from_status, p.status,
+			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), $4
+		FROM p, o
+	), ` + checkpointCTE(4, 13) + `
+	SELECT ` + qualify("p", paymentCols) + `, p.from_status, ` + qualify("o", operationCols) + ` FROM p, o`
+
+// qualify prefixes every column of a column list with table.
+func qualify(table, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = table + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// settleOperation records a provider's answer to a pending operation. call
+// is the provider call that gave it, still to be recorded in the payment's
+// history, or nil when it is recorded already.
+func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op operation, refundID string, callErr error, call *providerCall) (Outcome, error) {
 	kind := providers.KindOf(callErr)
 	switch {
 	case callErr == nil:
+		return s.settleSucceeded(ctx, c, p, op, refundID, call)
 	case kind == providers.KindNotExecuted:
+		s.recordCall(ctx, p, call)
 		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
 			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
 	case kind == providers.KindUnknown:
+		s.recordCall(ctx, p, call)
 		return Outcome{Payment: p, Pending: true}, nil
 	}
+	// Declined or rejected: final, and rare enough for a transaction of
+	// its own.
+	s.recordCall(ctx, p, call)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		now := s.now()
-		if callErr != nil { // declined or rejected: final
-			code := providers.CodeOf(callErr)
-			tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'failed', failure_code = $3, updated_at = $4
-				WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, code, now)
-			if err != nil || tag.RowsAffected() == 0 {
+		code := providers.CodeOf(callErr)
+		tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'failed', failure_code = $3, updated_at = $4
+			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, code, now)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		if code == providers.CodeHoldExpired {
+			tag, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3
+				WHERE tenant_id = $1 AND id = $2 AND status = 'authorized'`, p.TenantID, p.ID, now)
+			if err != nil {
 				return err
 			}
-			if code == providers.CodeHoldExpired {
-				tag, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3
-					WHERE tenant_id = $1 AND id = $2 AND status = 'authorized'`, p.TenantID, p.ID, now)
-				if err != nil {
+			if tag.RowsAffected() == 1 {
+				from := StatusAuthorized
+				if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, nil, now); err != nil {
 					return err
 				}
-				if tag.RowsAffected() == 1 {
-					from := StatusAuthorized
-					if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, nil, now); err != nil {
-						return err
-					}
-				}
 			}
-			return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
-		}
-		var ref *string
-		if refundID != "" {
-			ref = &refundID
-		}
-		tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce($3, provider_ref), updated_at = $4
-			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, ref, now)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err // settled meanwhile: nothing to add
-		}
-		var from, to Status
-		q := `UPDATE payments p SET
-				status = CASE
-					WHEN $3 = 'capture' THEN 'captured'
-					WHEN $3 = 'cancel' THEN 'canceled'
-					WHEN p.refunded_minor + $4 >= p.captured_minor THEN 'refunded'
-					ELSE 'partially_refunded' END,
-				captured_minor = CASE WHEN $3 = 'capture' THEN $4 ELSE p.captured_minor END,
-				refunded_minor = CASE WHEN $3 = 'refund' THEN p.refunded_minor + $4 ELSE p.refunded_minor END,
-				updated_at = $5
-			FROM (SELECT status FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE) old
-			WHERE p.tenant_id = $1 AND p.id = $2
-			RETURNING old.status, p.status`
-		if err := tx.QueryRow(ctx, q, p.TenantID, p.ID, op.Kind, op.AmountMinor, now).Scan(&from, &to); err != nil {
-			return err
-		}
-		if !CanTransition(from, to) {
-			// The provider moved money we did not expect to be movable:
-			// record it as it is, loudly; reconciliation will flag it too.
-			s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
-				"payment_id", p.ID, "operation", op.ID, "from", from, "to", to)
-		}
-		detail := map[string]any{"operation_id": op.ID, "amount_minor": op.AmountMinor}
-		if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, to, detail, now); err != nil {
-			return err
 		}
 		return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
 	})
 	if err != nil {
 		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
 	}
+	return s.reloadOperation(ctx, op)
+}
+
+// settleSucceeded records a succeeded operation (settleOperationSQL) and
+// answers from what the statement wrote.
+func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
+	now := s.now()
+	var rc providerCall
+	if call != nil {
+		rc = *call
+	}
+	ck := claimArgs(c)
+	var (
+		from    Status
+		settled operation
+	)
+	rows, _ := s.pool.Query(ctx, settleOperationSQL, op.TenantID, op.ID, nullIfEmpty(refundID), now, p.TenantID, p.ID,
+		nullIfEmpty(rc.operation), rc.forwardedKey, rc.outcome, rc.latencyMS, rc.detail, rc.at,
+		ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
+	written, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Payment, error) {
+		return scanPaymentAnd(row, &from, &settled.TenantID, &settled.ID, &settled.PaymentID, &settled.Kind, &settled.Key,
+			&settled.ForwardedKey, &settled.Status, &settled.AmountMinor, &settled.ProviderRef, &settled.FailureCode,
+			&settled.CreatedAt, &settled.UpdatedAt)
+	})
+	if isNoRows(err) {
+		return s.reloadOperation(ctx, op) // settled meanwhile (the call is recorded all the same)
+	}
+	if err != nil {
+		if call != nil {
+			// Whether the statement committed is not known: the call goes
+			// to the log only, so it is never recorded twice.
+			s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
+				"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
+		}
+		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
+	}
+	if !CanTransition(from, written.Status) {
+		// The provider moved money we did not expect to be movable:
+		// record it as it is, loudly; reconciliation will flag it too.
+		s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
+			"payment_id", p.ID, "operation", op.ID, "from", from, "to", written.Status)
+	}
+	return operationOutcome(settled, written)
+}
+
+// reloadOperation reads a settled operation and answers with it.
+func (s *Service) reloadOperation(ctx context.Context, op operation) (Outcome, error) {
 	rows, _ := s.pool.Query(ctx, `SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.ID)
-	op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
 	if err != nil {
 		return Outcome{}, internalf("reload %s: %w", op.Kind, err)
 	}
@@ -361,6 +443,12 @@ func (s *Service) operationResult(ctx context.Context, op operation) (Outcome, e
 	if err != nil {
 		return Outcome{}, internalf("reload payment: %w", err)
 	}
+	return operationOutcome(op, p)
+}
+
+// operationOutcome is operationResult for an operation and its payment
+// as read.
+func operationOutcome(op operation, p Payment) (Outcome, error) {
 	out := Outcome{Payment: p, Pending: op.Status == "pending"}
 	if op.Kind == opRefund {
 		out.Refund = &Refund{ID: op.ID, Object: "refund", PaymentID: op.PaymentID, Status: op.Status,
