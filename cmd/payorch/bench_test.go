@@ -67,6 +67,7 @@ func BenchmarkServe(b *testing.B) {
 	b.Run("Replay", func(b *testing.B) { e.replay(b, benchClients) })
 	b.Run("ReplayOneClient", func(b *testing.B) { e.replay(b, 1) })
 	b.Run("DuplicateStorm", e.duplicateStorm)
+	b.Run("Capture", e.capture)
 }
 
 // benchEnv is one database, one merchant and one serve process, shared by
@@ -207,7 +208,12 @@ type benchAnswer struct {
 }
 
 func (e *benchEnv) authorize(key string) (benchAnswer, error) {
-	req, err := http.NewRequest(http.MethodPost, e.base+"/v1/payments", strings.NewReader(benchBody))
+	return e.post("/v1/payments", key, benchBody)
+}
+
+// post sends one keyed POST as the merchant.
+func (e *benchEnv) post(path, key, body string) (benchAnswer, error) {
+	req, err := http.NewRequest(http.MethodPost, e.base+path, strings.NewReader(body))
 	if err != nil {
 		return benchAnswer{}, err
 	}
@@ -219,9 +225,9 @@ func (e *benchEnv) authorize(key string) (benchAnswer, error) {
 		return benchAnswer{}, err
 	}
 	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
+	answer, err := io.ReadAll(res.Body)
 	return benchAnswer{status: res.StatusCode, replayed: res.Header.Get("Idempotent-Replayed") == "true",
-		retryAfter: res.Header.Get("Retry-After"), body: body}, err
+		retryAfter: res.Header.Get("Retry-After"), body: answer}, err
 }
 
 // newKey authorizes under a key never used before: the answer must be a
@@ -453,6 +459,28 @@ func (e *benchEnv) newAuthorize(b *testing.B) {
 	b.ReportMetric(e.pg.others, "pgbench_others_cpu_pct")
 	b.ReportMetric(100*res.perSecond()/e.pg.tps, "pct_of_pgbench")
 	b.Logf("%d requests in %s; pgbench: %s", len(res.latency), res.elapsed.Round(time.Millisecond), e.pg.summary)
+}
+
+// capture: b.N payments are authorized first (not reported), then each is
+// captured in full under a new Idempotency-Key: key claim, the operation
+// recorded under the payment's row lock, the provider's capture,
+// settlement, completion. Every answer must be a fresh 200, captured.
+func (e *benchEnv) capture(b *testing.B) {
+	run := e.run.Add(1)
+	key := func(i int) string { return fmt.Sprintf("cap-%d-%d", run, i) }
+	e.load(b, benchClients, 0, func(i int) error { return e.newKey(key(i)) })
+	res := e.load(b, benchClients, 0, func(i int) error {
+		id := orchestrator.PaymentID(e.tenantID, key(i))
+		a, err := e.post("/v1/payments/"+id+"/capture", "capture-"+key(i), `{}`)
+		if err != nil {
+			return err
+		}
+		if a.status != http.StatusOK || a.replayed || !bytes.Contains(a.body, []byte(`"status":"captured"`)) {
+			return fmt.Errorf("capture %s: %d replayed=%v: %s", id, a.status, a.replayed, a.body)
+		}
+		return nil
+	})
+	res.report(b)
 }
 
 // replay: benchReplayKeys keys are authorized once (not timed), then
