@@ -110,13 +110,15 @@ func (s *Server) consoleOr(apiMW echo.MiddlewareFunc) echo.MiddlewareFunc {
 }
 
 // outerContextKey carries the server's echo.Context into the console's
-// router, so the access log learns the console route and error code.
+// router, so the metrics, the span and the access log learn the console's
+// route template and the error code.
 type outerContextKey struct{}
 
 func (s *Server) consoleRouter() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Logger.SetOutput(io.Discard)
+	e.IPExtractor = s.echo.IPExtractor
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if !c.Response().Committed {
 			_ = s.consoleError(c, err)
@@ -163,6 +165,9 @@ func (s *Server) consoleRouter() *echo.Echo {
 		a.POST("/discrepancies/:id/resolve", s.consoleResolve, finance)
 	}
 	notFound := func(c echo.Context) error {
+		// No route template: the request is "unmatched" in metrics, like
+		// the API's unknown paths, and never labelled with its raw path.
+		c.SetPath("")
 		return s.consoleError(c, orchestrator.Errorf(orchestrator.CodeNotFound, "There is no such page."))
 	}
 	e.RouteNotFound("/*", notFound)

@@ -3,7 +3,9 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,8 +92,16 @@ func (s *Server) renderSignIn(c echo.Context, status int, msg string) error {
 
 // consoleSignIn: POST /console/signin with api_key. The key is checked
 // like a Bearer key and then forgotten: it is never stored, logged or
-// echoed back.
+// echoed back. A client address past its allowance of failed sign-ins is
+// answered 429 before anything is checked.
 func (s *Server) consoleSignIn(c echo.Context) error {
+	client := signInClient(c.RealIP())
+	if wait := s.signInWait(client); wait > 0 {
+		c.Set(errorCodeKey, orchestrator.CodeRateLimited)
+		c.Response().Header().Set("Retry-After", retryAfter(wait))
+		return s.renderSignIn(c, http.StatusTooManyRequests,
+			"Too many failed sign-ins from your network address. Wait "+waitText(wait)+" before you try again.")
+	}
 	ck, err := c.Cookie(signinCookie)
 	if err != nil || !sameToken(c.FormValue(csrfField), ck.Value) {
 		return s.renderSignIn(c, http.StatusForbidden, "The sign-in form expired. Please try again.")
@@ -102,6 +112,7 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	}
 	p, err := s.svc.Authenticate(c.Request().Context(), key)
 	if orchestrator.ErrorCode(err) == orchestrator.CodeUnauthorized {
+		s.signInFailed(client)
 		return s.renderSignIn(c, http.StatusUnauthorized, "That API key was not accepted: it is unknown, mistyped or revoked.")
 	}
 	if err != nil {
@@ -114,6 +125,17 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	c.SetCookie(consoleCookie(c, signinCookie, "", time.Time{}))
 	c.SetCookie(consoleCookie(c, sessionCookie, token, sess.ExpiresAt))
 	return c.Redirect(http.StatusSeeOther, consolePrefix+"/")
+}
+
+// waitText says d in words, rounded up: "30 seconds", "5 minutes".
+func waitText(d time.Duration) string {
+	if secs := int(math.Ceil(d.Seconds())); secs < 120 {
+		if secs == 1 {
+			return "1 second"
+		}
+		return strconv.Itoa(secs) + " seconds"
+	}
+	return strconv.Itoa(int(math.Ceil(d.Minutes()))) + " minutes"
 }
 
 // consoleSignOut: POST /console/signout (CSRF checked by consoleAuth).

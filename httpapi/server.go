@@ -3,7 +3,8 @@
 // request logs, panic recovery, body limits, JSON content-type checks, API
 // key authentication and roles, per-key rate limits, and one error handler
 // that writes every error as application/problem+json with the codes of
-// orchestrator.
+// orchestrator; and the web console under /console/, whose sign-in form
+// limits failed attempts per client address.
 package httpapi
 
 import (
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -38,6 +40,18 @@ type Config struct {
 	// RateLimit is the sustained requests per second allowed per API key,
 	// with a burst of twice that; 0 turns rate limiting off.
 	RateLimit float64
+	// ConsoleSignInLimit is how many failed console sign-ins one client
+	// address (an IPv4 address, an IPv6 /64) may make per
+	// ConsoleSignInWindow; past it the sign-in form answers 429 with
+	// Retry-After, whatever the key. The allowance refills evenly over the
+	// window. 0 means 10; negative turns the limit off. Per instance.
+	ConsoleSignInLimit int
+	// ConsoleSignInWindow defaults to 5 minutes.
+	ConsoleSignInWindow time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the
+	// client (the console's sign-in limit counts per client address). Empty
+	// means no header is believed: the client is the connection's peer.
+	TrustedProxies []netip.Prefix
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// on shutdown. Defaults to 30s.
 	ShutdownTimeout time.Duration
@@ -72,6 +86,10 @@ type Server struct {
 	now      func() time.Time
 	tel      *telemetry
 	console  *console
+
+	// signInLimiter counts failed console sign-ins per client address;
+	// nil when the limit is off.
+	signInLimiter *rateLimiter
 
 	// Work started by requests that outlives them (reconciliation runs);
 	// Serve cancels and waits for it on shutdown.
@@ -115,6 +133,8 @@ func New(cfg Config) *Server {
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, int(2*cfg.RateLimit), cfg.Clock)
 	}
+	s.signInLimiter = newSignInLimiter(cfg)
+	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.handleError
 	e.Use(
 		s.requestID,
@@ -166,6 +186,21 @@ func (s *Server) routes() {
 		v1.GET("/reconciliation/runs/:id/discrepancies", s.listDiscrepancies, finance)
 		v1.POST("/reconciliation/discrepancies/:id/resolve", s.resolveDiscrepancy, finance)
 	}
+}
+
+// clientIP is how c.RealIP() finds the client: the connection's peer, or,
+// when it is one of trusted, the nearest untrusted address of
+// X-Forwarded-For.
+func clientIP(trusted []netip.Prefix) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range trusted {
+		p = p.Masked()
+		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 // background runs fn outside the request that started it; Serve cancels

@@ -87,21 +87,39 @@ func methodLabel(m string) string {
 	return "_OTHER"
 }
 
+// routeLabel is the route label of a request routed to path: its route
+// template, or "unmatched" (never the raw path, which would make a label
+// value per URL).
+func routeLabel(path string) string {
+	if path == "" {
+		return "unmatched"
+	}
+	return path
+}
+
+// spanName is "METHOD /route/:template", or the method alone when no route
+// matched.
+func spanName(method, path string) string {
+	if path == "" {
+		return method
+	}
+	return method + " " + path
+}
+
 // instrument gives every request a server span (continuing the caller's
 // W3C trace context) named after its route template, counts it by method,
 // route and status and times it. It runs inside requestID and outside
-// accessLog, so the request log line carries the span's trace id.
+// accessLog, so the request log line carries the span's trace id. Console
+// pages are routed by the console's own router, inside this middleware:
+// their route template is known only when they return, so the route is
+// read again then.
 func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		method := methodLabel(req.Method)
-		route := c.Path()
-		name := method
-		if route == "" {
-			route = "unmatched"
-		} else {
-			name += " " + route
-		}
+		path := c.Path()
+		route := routeLabel(path)
+		name := spanName(method, path)
 		ctx := traceContext.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
 		ctx, span := s.tel.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 			semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route), semconv.URLPath(req.URL.Path),
@@ -111,6 +129,11 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 		start := time.Now()
 		if err := next(c); err != nil {
 			c.Error(err)
+		}
+		if p := c.Path(); p != path {
+			route = routeLabel(p)
+			span.SetName(spanName(method, p))
+			span.SetAttributes(semconv.HTTPRoute(route))
 		}
 		status := c.Response().Status
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))

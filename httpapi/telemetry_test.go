@@ -382,3 +382,54 @@ func TestTelemetry(t *testing.T) {
 		}
 	})
 }
+
+func TestConsolePagesAreLabelledWithTheirRoute(t *testing.T) {
+	t.Parallel()
+	e := newMigratedEnv(t, httpapi.Config{})
+	p := e.authorizeOK(t, "tel-console", 1000)
+	cc := newConsoleClient(t, e.url)
+	if res, _ := cc.signIn(e.keys[orchestrator.RoleSupport]); res.Request.URL.Path != "/console/search" {
+		t.Fatalf("signed in to %s", res.Request.URL)
+	}
+	if res, body := cc.get("/console/payments/" + p.ID); res.StatusCode != 200 || !strings.Contains(body, p.ID) {
+		t.Fatalf("payment page: %d", res.StatusCode)
+	}
+	if res, _ := cc.get("/console/no/such/" + p.ID); res.StatusCode != 404 {
+		t.Fatalf("unknown console page: %d", res.StatusCode)
+	}
+
+	rm := e.metricsNow(t)
+	get := func(route, status string) map[string]string {
+		return map[string]string{"method": "GET", "route": route, "status": status}
+	}
+	wantPoint(t, rm, "payorch.http.requests", get("/console/payments/:id", "200"), 1)
+	wantPoint(t, rm, "payorch.http.requests", get("/console/signin", "200"), 1)
+	wantPoint(t, rm, "payorch.http.requests", get("/console/search", "200"), 1)
+	wantPoint(t, rm, "payorch.http.requests", map[string]string{"method": "POST", "route": "/console/signin", "status": "303"}, 1)
+	wantPoint(t, rm, "payorch.http.request.duration", map[string]string{"method": "GET", "route": "/console/payments/:id"}, 1)
+	// Only the unknown page is unmatched, and no raw path is a label.
+	wantPoint(t, rm, "payorch.http.requests", map[string]string{"route": "unmatched"}, 1)
+	wantPoint(t, rm, "payorch.http.requests", get("unmatched", "404"), 1)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "payorch.http.requests" {
+				for _, dp := range sum.DataPoints {
+					if r, _ := dp.Attributes.Value("route"); strings.Contains(r.Emit(), p.ID) || strings.Contains(r.Emit(), "no/such") {
+						t.Fatalf("a raw path became a route label: %v", dp.Attributes)
+					}
+				}
+			}
+		}
+	}
+
+	// The span is named after the template too.
+	span := e.span(t, "GET /console/payments/:id")
+	if attrOf(span, "http.route") != "/console/payments/:id" || attrOf(span, "url.path") != "/console/payments/"+p.ID ||
+		attrOf(span, "http.response.status_code") != "200" {
+		t.Fatalf("console span attributes %v", span.Attributes())
+	}
+	if s := e.span(t, "GET"); attrOf(s, "http.route") != "unmatched" {
+		t.Fatalf("unknown console page span attributes %v", s.Attributes())
+	}
+	mustContain(t, "logs", e.logs.String(), `"route":"/console/payments/:id"`)
+}

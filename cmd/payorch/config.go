@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -22,6 +23,14 @@ type config struct {
 	// RateLimit (PAYORCH_RATE_LIMIT) is requests per second per API key,
 	// burst twice that; 0 turns it off.
 	RateLimit float64
+	// ConsoleSignInLimit (PAYORCH_CONSOLE_SIGNIN_LIMIT) is how many failed
+	// console sign-ins one client address may make per 5 minutes; 0 turns
+	// the limit off.
+	ConsoleSignInLimit int
+	// TrustedProxies (PAYORCH_TRUSTED_PROXIES) are the reverse proxies,
+	// comma-separated addresses or CIDR ranges, whose X-Forwarded-For names
+	// the client; empty means the client is the connection's peer.
+	TrustedProxies []netip.Prefix
 	// LogLevel (PAYORCH_LOG_LEVEL): debug, info, warn or error.
 	LogLevel string
 	// DataDir (PAYORCH_DATA_DIR) holds `dev`'s cluster and demo keys.
@@ -50,6 +59,10 @@ type config struct {
 	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL;
 	// empty means run one embedded in this process.
 	FakeURL string
+	// FakeState (PAYORCH_FAKE_STATE) is the file the embedded fake provider
+	// keeps its state in across restarts; empty means memory only. `dev`
+	// defaults it to DataDir/fake-provider.json, `serve` leaves it empty.
+	FakeState string
 	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) serves requests that name
 	// no provider: fake, or stripe when STRIPE_SECRET_KEY is set.
 	DefaultProvider string
@@ -113,6 +126,8 @@ func defaultConfig() config {
 		APIKeyCache:     true,
 		ReplayCache:     10_000,
 
+		ConsoleSignInLimit: 10,
+
 		DefaultProvider:  "fake",
 		ProviderTimeout:  15 * time.Second,
 		IdempotencyTTL:   24 * time.Hour,
@@ -161,6 +176,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		c.RateLimit = f
 	}
+	num("PAYORCH_CONSOLE_SIGNIN_LIMIT", &c.ConsoleSignInLimit)
+	if v := getenv("PAYORCH_TRUSTED_PROXIES"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			p, err := netip.ParsePrefix(f)
+			if a, aerr := netip.ParseAddr(f); aerr == nil {
+				p, err = netip.PrefixFrom(a, a.BitLen()), nil
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("PAYORCH_TRUSTED_PROXIES: %q is not an address or CIDR range", f))
+				continue
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+		}
+	}
 	boolean := func(name string, dst *bool) {
 		if v := getenv(name); v != "" {
 			b, err := strconv.ParseBool(v)
@@ -192,6 +222,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	str("PAYORCH_FAKE_URL", &c.FakeURL)
+	str("PAYORCH_FAKE_STATE", &c.FakeState)
 	str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
 	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
 	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
@@ -217,6 +248,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_LISTEN: must not be empty")
 	case c.RateLimit < 0:
 		return errors.New("PAYORCH_RATE_LIMIT: must be 0 (off) or positive")
+	case c.ConsoleSignInLimit < 0:
+		return errors.New("PAYORCH_CONSOLE_SIGNIN_LIMIT: must be 0 (off) or positive")
 	case c.DevPGPort <= 0 || c.DevPGPort > 65535:
 		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
 	case c.ReplayCache < 0 || c.ReplayCache > 1_000_000:

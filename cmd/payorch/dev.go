@@ -32,7 +32,9 @@ const devDatabase = "payorch"
 
 // cmdDev runs the whole product locally: an embedded PostgreSQL under
 // DataDir (unless DATABASE_URL is set), migrations, a demo tenant with one
-// key per role, and the API on cfg.Listen.
+// key per role, the embedded fake provider with its state in
+// DataDir/fake-provider.json (unless PAYORCH_FAKE_URL or PAYORCH_FAKE_STATE
+// say otherwise), and the API on cfg.Listen.
 func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := newFlagSet("dev")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on")
@@ -91,6 +93,12 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	cfg.AutoMigrate = false // done above
+	if cfg.FakeState == "" {
+		// The embedded fake keeps its holds next to the database, so the
+		// payments of an earlier run can still be captured, refunded,
+		// looked up and reconciled.
+		cfg.FakeState = filepath.Join(dataDir, "fake-provider.json")
+	}
 	return serveAPI(ctx, cfg, pool, logger, tel, func(addr string) {
 		printDevBanner(stdout, "http://"+addr, dbURL, keys)
 	})
@@ -219,9 +227,8 @@ func demoKeysWork(ctx context.Context, svc *orchestrator.Service, k demoKeys) bo
 }
 
 func printDevBanner(w io.Writer, base, dbURL string, k demoKeys) {
-	// A new order key per start: the embedded fake forgets its holds when
-	// dev stops, so an example payment of an earlier run could not be
-	// captured any more.
+	// A new order key per start, so every run's example makes a new
+	// payment (and works against a standalone fake that keeps no state).
 	order := "order-" + time.Now().UTC().Format("20060102-150405")
 	fmt.Fprintf(w, `
 payorch dev is up: %[1]s   (Ctrl-C stops the server and the database)

@@ -39,7 +39,7 @@ Usage:
   payorch reconcile [--provider P] [--date YYYY-MM-DD] [--json]
                                                    reconcile one business day now
   payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
-  payorch fakeprovider [--listen ADDR] [--hold-lifetime D]
+  payorch fakeprovider [--listen ADDR] [--hold-lifetime D] [--state FILE]
                                                    run the fake provider standalone
   payorch version
 

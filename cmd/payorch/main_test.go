@@ -261,6 +261,18 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("the printed merchant key does not work: %d", res.StatusCode)
 	}
+	// A payment authorized now is captured in the second run: the
+	// embedded fake keeps its holds in the data folder too.
+	st, b := call(t, "POST", base+"/v1/payments", merchant, "dev-keep-1", `{"amount_minor":1050,"currency":"EUR"}`)
+	if st != 201 {
+		t.Fatalf("authorize: %d %s", st, b)
+	}
+	var paid struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &paid); err != nil || paid.ID == "" {
+		t.Fatalf("authorize answered %s (%v)", b, err)
+	}
 	pidFile := dir + "/pgdata/postmaster.pid"
 	if _, err := os.Stat(pidFile); err != nil {
 		t.Fatalf("no running cluster in the data folder: %v", err)
@@ -286,6 +298,13 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 {
 		t.Fatalf("the kept key no longer works: %d", res.StatusCode)
+	}
+	st, b = call(t, "POST", base2+"/v1/payments/"+paid.ID+"/capture", merchant2, "dev-keep-1-capture", "")
+	var captured struct {
+		Status string `json:"status"`
+	}
+	if st != 200 || json.Unmarshal(b, &captured) != nil || captured.Status != "captured" {
+		t.Fatalf("capturing the first run's payment in the second run: %d %s", st, b)
 	}
 	if err := stop2(); err != nil {
 		t.Fatal(err)

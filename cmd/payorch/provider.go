@@ -13,8 +13,9 @@ import (
 )
 
 // startProviders returns the configured providers by name and a function
-// that stops whatever was started for them (the embedded fake). Their HTTP
-// requests carry the trace context of the call they belong to.
+// that stops whatever was started for them (the embedded fake, which keeps
+// its state in cfg.FakeState when that is set). Their HTTP requests carry
+// the trace context of the call they belong to.
 func startProviders(cfg config, logger *slog.Logger, tel *telemetry) (map[string]providers.Provider, func(context.Context), error) {
 	hc := &http.Client{Transport: tel.transport(&http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -25,12 +26,12 @@ func startProviders(cfg config, logger *slog.Logger, tel *telemetry) (map[string
 	url := cfg.FakeURL
 	stop := func(context.Context) {}
 	if url == "" {
-		r, err := fake.Start("127.0.0.1:0", fake.Config{Logger: logger.With("component", "fakeprovider")})
+		r, err := fake.Start("127.0.0.1:0", fake.Config{Logger: logger.With("component", "fakeprovider"), StateFile: cfg.FakeState})
 		if err != nil {
 			return nil, nil, err
 		}
 		url = r.URL()
-		logger.Info("embedded fake provider", "url", url)
+		logger.Info("embedded fake provider", "url", url, "state_file", cfg.FakeState)
 		stop = func(ctx context.Context) { _ = r.Shutdown(ctx) }
 	}
 	provs := map[string]providers.Provider{"fake": fake.NewClient(url, hc)}

@@ -126,6 +126,10 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		defer sched.Stop()
 	}
 
+	signInLimit := cfg.ConsoleSignInLimit
+	if signInLimit == 0 {
+		signInLimit = -1 // off
+	}
 	srv := httpapi.New(httpapi.Config{
 		Reconciler:       rec,
 		Service:          svc,
@@ -137,6 +141,9 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		TracerProvider:   tel.tracerProvider,
 		MeterProvider:    tel.meterProvider,
 		MetricsHandler:   tel.metrics,
+
+		ConsoleSignInLimit: signInLimit,
+		TrustedProxies:     cfg.TrustedProxies,
 	})
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -194,10 +201,11 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	fs := newFlagSet("fakeprovider")
 	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on")
 	holdLifetime := fs.Duration("hold-lifetime", fake.DefaultHoldLifetime, "how long holds can be captured")
+	state := fs.String("state", "", "file to keep the state in across restarts (default: memory only)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg)})
+	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state})
 }
 
 func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *reconcile.Reconciler {

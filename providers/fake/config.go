@@ -31,6 +31,15 @@ type Config struct {
 	// connection open before aborting it, when the client does not give up
 	// first. Default 30 s.
 	TimeoutHang time.Duration
+	// StateFile, when set, keeps the server's state across restarts: it is
+	// loaded when the server starts (a missing file is an empty state and
+	// is created; an unreadable or invalid one is an error, never a silent
+	// reset) and rewritten atomically (temporary file, fsync, rename) after
+	// every request that changes the state: holds, refunds, completed
+	// idempotency keys and their answers, the operations log, drifts.
+	// Armed faults are not kept. Every change writes the whole state, so
+	// this suits development, not load. Empty (the default): memory only.
+	StateFile string
 }
 
 // withDefaults returns c with every zero field set to its default.

@@ -1,5 +1,6 @@
 // Package fake is payorch's own payment provider: a real HTTP service that
-// keeps holds and refunds in memory, honours idempotency keys the way Stripe
+// keeps holds and refunds in memory (and, with Config.StateFile, in a file
+// that survives restarts), honours idempotency keys the way Stripe
 // does, declines on Stripe's test payment methods, injects faults on request
 // and serves a daily report, plus the Client that implements
 // providers.Provider against it.
@@ -38,6 +39,17 @@
 //
 // Request bodies are JSON (Content-Type application/json), at most 64 KiB,
 // decoded strictly: unknown fields and trailing data are a 400.
+//
+// # State file
+//
+// With Config.StateFile set, the server loads its state from that file when
+// it starts and rewrites the file, atomically and under the state lock,
+// after every request that changed the state: keyed writes (creates and
+// every executed operation, refusals included, with their stored answers),
+// seeding and drift changes. The file is a JSON document with a "version";
+// a missing file is an empty state, an unreadable or invalid one makes
+// Start fail. Armed faults and idempotency keys still executing are not
+// kept.
 //
 // # Errors
 //

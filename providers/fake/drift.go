@@ -147,13 +147,17 @@ func (s *Server) AddDrift(d Drift) error {
 		return e
 	}
 	s.drifts = append(s.drifts, d)
+	s.persistLocked()
 	return nil
 }
 
 // ClearDrift removes every drift.
 func (s *Server) ClearDrift() {
 	s.mu.Lock()
-	s.drifts = nil
+	if len(s.drifts) > 0 {
+		s.drifts = nil
+		s.persistLocked()
+	}
 	s.mu.Unlock()
 }
 
@@ -167,6 +171,7 @@ func (s *Server) handleDrift(w http.ResponseWriter, r *http.Request) {
 	e := s.checkDrift(&d)
 	if e == nil {
 		s.drifts = append(s.drifts, d)
+		s.persistLocked()
 	}
 	s.mu.Unlock()
 	if e != nil {

@@ -71,7 +71,7 @@ func fingerprint(pattern, ref string, p params) [32]byte {
 
 // serveWrite runs one keyed write the way Stripe does: validate, apply
 // faults, claim the (endpoint, key) or replay / refuse, execute exactly once
-// under the state lock, store the answer, answer.
+// under the state lock, store the answer (and persist the state), answer.
 func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p params, exec func(now time.Time) outcome) {
 	key := r.Header.Get("Idempotency-Key")
 	if e := checkKey(key); e != nil {
@@ -168,6 +168,7 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 		s.ops = append(s.ops, rec)
 	}
 	status, body := entry.status, entry.body
+	s.persistLocked()
 	s.mu.Unlock()
 	stored = true
 	s.log.Info("fake provider: executed", "operation", op, "idempotency_key", key,

@@ -28,10 +28,11 @@ type Running struct {
 }
 
 // Start listens on addr (DefaultAddr when empty) and serves a NewServer(cfg)
-// in the background until Shutdown. It fails if cfg is invalid or addr
-// cannot be listened on.
+// in the background until Shutdown. It fails if cfg is invalid, its
+// StateFile cannot be loaded or addr cannot be listened on.
 func Start(addr string, cfg Config) (*Running, error) {
-	if err := cfg.validate(); err != nil {
+	s, err := newServer(cfg)
+	if err != nil {
 		return nil, err
 	}
 	if addr == "" {
@@ -41,7 +42,6 @@ func Start(addr string, cfg Config) (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fake: listen on %s: %w", addr, err)
 	}
-	s := NewServer(cfg)
 	r := &Running{
 		server: s,
 		http: &http.Server{

@@ -48,6 +48,7 @@ func (s *Server) Seed(sh SeedHold) (providers.Hold, error) {
 	if e != nil {
 		return providers.Hold{}, e
 	}
+	s.persistLocked()
 	return h.view(s.now()).hold(), nil
 }
 
@@ -127,8 +128,25 @@ type seedResult struct {
 
 // handleSeed serves POST /_admin/holds: a stream of SeedHold JSON values
 // (JSON lines), each stored as it is read. It is not atomic: on a bad value
-// the ones before it stay, and the error says which one failed.
+// the ones before it stay, and the error says which one failed. The state
+// is persisted once, when the stream ends.
 func (s *Server) handleSeed(w http.ResponseWriter, r *http.Request) {
+	n, e := s.seedStream(w, r)
+	if n > 0 {
+		s.mu.Lock()
+		s.persistLocked()
+		s.mu.Unlock()
+	}
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusCreated, seedResult{Seeded: n})
+}
+
+// seedStream stores the holds of r's body as it reads them and returns how
+// many it stored, and the error that stopped it.
+func (s *Server) seedStream(w http.ResponseWriter, r *http.Request) (int, *apiError) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSeedBytes))
 	dec.DisallowUnknownFields()
 	n := 0
@@ -136,21 +154,18 @@ func (s *Server) handleSeed(w http.ResponseWriter, r *http.Request) {
 		var sh SeedHold
 		err := dec.Decode(&sh)
 		if errors.Is(err, io.EOF) {
-			break
+			return n, nil
 		}
 		if err != nil {
-			writeError(w, invalid("", "hold %d: invalid JSON: %v", n+1, err))
-			return
+			return n, invalid("", "hold %d: invalid JSON: %v", n+1, err)
 		}
 		s.mu.Lock()
 		_, e := s.seed(sh)
 		s.mu.Unlock()
 		if e != nil {
 			e.Message = fmt.Sprintf("hold %d: %s", n+1, e.Message)
-			writeError(w, e)
-			return
+			return n, e
 		}
 		n++
 	}
-	writeJSON(w, http.StatusCreated, seedResult{Seeded: n})
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Server is the fake provider's HTTP service. It keeps every object in
-// memory and is safe for concurrent use. It implements http.Handler; serve
+// memory (and in Config.StateFile, when set) and is safe for concurrent use. It implements http.Handler; serve
 // it with Start, ListenAndServe or any http.Server.
 type Server struct {
 	cfg  Config
@@ -36,12 +36,22 @@ type Server struct {
 	drifts  []Drift
 }
 
-// NewServer returns a Server with cfg's zero fields defaulted. It panics if
-// cfg is invalid (a negative duration); Start and ListenAndServe return that
-// error instead.
+// NewServer returns a Server with cfg's zero fields defaulted, holding the
+// state of cfg.StateFile when that is set. It panics if cfg is invalid (a
+// negative duration) or its StateFile cannot be loaded; Start and
+// ListenAndServe return that error instead.
 func NewServer(cfg Config) *Server {
-	if err := cfg.validate(); err != nil {
+	s, err := newServer(cfg)
+	if err != nil {
 		panic(err)
+	}
+	return s
+}
+
+// newServer is NewServer returning its error.
+func newServer(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{
@@ -54,7 +64,12 @@ func NewServer(cfg Config) *Server {
 		keys:    make(map[string]*keyEntry),
 	}
 	s.routes()
-	return s
+	if cfg.StateFile != "" {
+		if err := s.loadState(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func (s *Server) routes() {

@@ -1,0 +1,284 @@
+package fake
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// stateVersion is the version of the state file's format.
+const stateVersion = 1
+
+// stateDoc is the state file: everything the server knows except the armed
+// faults, which are test configuration.
+type stateDoc struct {
+	Version int `json:"version"`
+	// Holds are in insertion order, the order of the report.
+	Holds   []holdState   `json:"holds"`
+	Refunds []refundState `json:"refunds"`
+	// Keys are the completed idempotency keys; claims of requests still
+	// executing die with the process.
+	Keys       []keyState  `json:"idempotency_keys"`
+	Operations []Operation `json:"operations"`
+	Drifts     []Drift     `json:"drifts"`
+}
+
+// holdState is a hold as stored.
+type holdState struct {
+	Ref           string            `json:"ref"`
+	PaymentMethod string            `json:"payment_method"`
+	Description   string            `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	Status        providers.Status  `json:"status"`
+	AmountMinor   int64             `json:"amount_minor"`
+	CapturedMinor int64             `json:"captured_minor"`
+	RefundedMinor int64             `json:"refunded_minor"`
+	Currency      string            `json:"currency"`
+	DeclineCode   string            `json:"decline_code,omitempty"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+	CaptureBefore time.Time         `json:"capture_before,omitzero"`
+	Touched       []time.Time       `json:"touched"`
+}
+
+// refundState is a refund as stored.
+type refundState struct {
+	Ref         string    `json:"ref"`
+	HoldRef     string    `json:"hold_ref"`
+	AmountMinor int64     `json:"amount_minor"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// keyState is a completed idempotency key as stored. Body is the stored
+// answer verbatim, so a replay after a restart is byte for byte the first
+// answer.
+type keyState struct {
+	Endpoint    string `json:"endpoint"`
+	Key         string `json:"key"`
+	Fingerprint string `json:"fingerprint"`
+	Status      int    `json:"status"`
+	Body        string `json:"body"`
+}
+
+// persistLocked writes the whole state to Config.StateFile, when set.
+// Called with s.mu held, so the file is always one consistent snapshot. A
+// failure is logged: the request has executed and the state in memory
+// stays authoritative; the next change writes the whole state again.
+func (s *Server) persistLocked() {
+	if s.cfg.StateFile == "" {
+		return
+	}
+	if err := s.saveLocked(); err != nil {
+		s.log.Error("fake provider: persisting state failed", "file", s.cfg.StateFile, "error", err)
+	}
+}
+
+// saveLocked writes the state atomically: a temporary file in the same
+// folder, fsync, rename over the state file, fsync of the folder. Called
+// with s.mu held.
+func (s *Server) saveLocked() error {
+	path := s.cfg.StateFile
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 64<<10)
+	if err := json.NewEncoder(bw).Encode(s.snapshotLocked()); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	done = true
+	// Make the rename itself durable. Best effort: not every system can
+	// sync a folder.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// snapshotLocked is the state as stored. Called with s.mu held.
+func (s *Server) snapshotLocked() *stateDoc {
+	doc := &stateDoc{
+		Version:    stateVersion,
+		Holds:      make([]holdState, 0, len(s.order)),
+		Refunds:    make([]refundState, 0, len(s.refunds)),
+		Keys:       make([]keyState, 0, len(s.keys)),
+		Operations: s.ops,
+		Drifts:     s.drifts,
+	}
+	if doc.Operations == nil {
+		doc.Operations = []Operation{}
+	}
+	if doc.Drifts == nil {
+		doc.Drifts = []Drift{}
+	}
+	for _, h := range s.order {
+		doc.Holds = append(doc.Holds, holdState{
+			Ref: h.ref, PaymentMethod: h.paymentMethod, Description: h.description, Metadata: h.metadata,
+			Status: h.status, AmountMinor: h.amount, CapturedMinor: h.captured, RefundedMinor: h.refunded,
+			Currency: h.currency, DeclineCode: h.declineCode,
+			CreatedAt: h.created, UpdatedAt: h.updated, CaptureBefore: h.captureBefore, Touched: h.touched,
+		})
+	}
+	for _, rf := range s.refunds {
+		doc.Refunds = append(doc.Refunds, refundState{Ref: rf.ref, HoldRef: rf.holdRef, AmountMinor: rf.amount, CreatedAt: rf.created})
+	}
+	slices.SortFunc(doc.Refunds, func(a, b refundState) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Ref, b.Ref)
+	})
+	for scope, e := range s.keys {
+		if !e.done {
+			continue
+		}
+		endpoint, key, _ := strings.Cut(scope, "\x00")
+		doc.Keys = append(doc.Keys, keyState{Endpoint: endpoint, Key: key,
+			Fingerprint: hex.EncodeToString(e.fingerprint[:]), Status: e.status, Body: string(e.body)})
+	}
+	slices.SortFunc(doc.Keys, func(a, b keyState) int {
+		if c := strings.Compare(a.Endpoint, b.Endpoint); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return doc
+}
+
+// loadState fills the new, empty s from Config.StateFile. A missing file is
+// an empty state, written at once so that an unwritable location fails
+// here rather than on the first request. A file that cannot be read or
+// does not hold a valid state is an error: the state is never silently
+// reset.
+func (s *Server) loadState() error {
+	path := s.cfg.StateFile
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := s.saveLocked(); err != nil {
+			return fmt.Errorf("fake: creating state file %s: %w", path, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fake: reading state file %s: %w", path, err)
+	}
+	if err := s.restore(b); err != nil {
+		return fmt.Errorf("fake: state file %s is not a valid fake provider state (fix or remove it): %w", path, err)
+	}
+	return nil
+}
+
+// restore decodes and checks a state file into the new, empty s.
+func (s *Server) restore(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var doc stateDoc
+	if err := dec.Decode(&doc); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the state")
+	}
+	if doc.Version != stateVersion {
+		return fmt.Errorf("version %d, this build reads version %d", doc.Version, stateVersion)
+	}
+	for i, hs := range doc.Holds {
+		switch {
+		case hs.Ref == "":
+			return fmt.Errorf("hold %d has no ref", i+1)
+		case s.holds[hs.Ref] != nil:
+			return fmt.Errorf("hold %s is there twice", hs.Ref)
+		case hs.Status != providers.StatusRequiresConfirmation && !knownStatus(hs.Status):
+			return fmt.Errorf("hold %s has an unknown status %q", hs.Ref, hs.Status)
+		}
+		meta := hs.Metadata
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		h := &hold{
+			ref: hs.Ref, paymentMethod: hs.PaymentMethod, description: hs.Description, metadata: meta,
+			status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
+			currency: hs.Currency, declineCode: hs.DeclineCode,
+			created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
+		}
+		s.holds[h.ref] = h
+		s.order = append(s.order, h)
+	}
+	for _, rs := range doc.Refunds {
+		switch {
+		case rs.Ref == "" || s.refunds[rs.Ref] != nil:
+			return fmt.Errorf("refund %q has no ref or is there twice", rs.Ref)
+		case s.holds[rs.HoldRef] == nil:
+			return fmt.Errorf("refund %s is of an unknown hold %q", rs.Ref, rs.HoldRef)
+		}
+		s.refunds[rs.Ref] = &refund{ref: rs.Ref, holdRef: rs.HoldRef, amount: rs.AmountMinor, created: rs.CreatedAt}
+	}
+	for _, ks := range doc.Keys {
+		scope := ks.Endpoint + "\x00" + ks.Key
+		if ks.Endpoint == "" || checkKey(ks.Key) != nil || s.keys[scope] != nil {
+			return fmt.Errorf("idempotency key %q of %q is invalid or there twice", ks.Key, ks.Endpoint)
+		}
+		e := &keyEntry{done: true, status: ks.Status, body: []byte(ks.Body)}
+		fp, err := hex.DecodeString(ks.Fingerprint)
+		if err != nil || len(fp) != len(e.fingerprint) {
+			return fmt.Errorf("idempotency key %q of %q has a bad fingerprint", ks.Key, ks.Endpoint)
+		}
+		copy(e.fingerprint[:], fp)
+		if ks.Status < 200 || ks.Status > 599 || !json.Valid(e.body) {
+			return fmt.Errorf("idempotency key %q of %q has a bad stored answer", ks.Key, ks.Endpoint)
+		}
+		s.keys[scope] = e
+	}
+	for i, op := range doc.Operations {
+		if op.Seq != int64(i+1) {
+			return fmt.Errorf("operation %d has seq %d", i+1, op.Seq)
+		}
+	}
+	s.ops = doc.Operations
+	for i, d := range doc.Drifts {
+		if (d.Kind == DriftAdd) != (d.Row != nil) {
+			return fmt.Errorf("drift %d: only an add drift has a row, and it must", i+1)
+		}
+	}
+	if len(doc.Drifts) > 0 {
+		s.drifts = doc.Drifts
+	}
+	return nil
+}
