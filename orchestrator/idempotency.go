@@ -185,7 +185,6 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		if rp != nil {
 			k.RecoveryPoint = *rp
 		}
-		var exp time.Time
 
 		if !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)) {
 			// Expired but not yet purged: the key starts over. The payment
@@ -198,6 +197,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND expires_at <= $8
 					AND lock_token IS NOT DISTINCT FROM $10::uuid
 				RETURNING expires_at`
+			var exp time.Time
 			err := s.pool.QueryRow(ctx, renew, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
 				token, lease, now, expires, k.LockToken).Scan(&exp)
 			if isNoRows(err) {
