@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"time"
 	"unicode/utf8"
@@ -221,7 +222,7 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 // order in the history, and then the key, in one statement. The call is
 // recorded even when the payment was settled meanwhile (p is empty). The
 // last column says whether the key was completed.
-const settleAuthorizeHead = `
+var settleAuthorizeHead = `
 	WITH p AS (
 		UPDATE payments SET status = $3, provider_ref = coalesce($4, provider_ref), capture_before = $5,
 			failure_code = $6, updated_at = $7
@@ -230,9 +231,7 @@ const settleAuthorizeHead = `
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
-		SELECT $1, $2, 'provider_call', $8::text, $9::text, $10::text, $11::double precision,
-			NULL::text, NULL::text, $12::jsonb, $13::timestamptz
-		WHERE $8::text IS NOT NULL
+		` + providerCallRow(1, 2, 8) + `
 		UNION ALL
 		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, $14::jsonb, $7
 		FROM p
@@ -308,12 +307,9 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	if failure != nil {
 		detail["failure_code"] = *failure
 	}
-	var rc providerCall
-	if call != nil {
-		rc = *call
-	}
-	args := []any{p.TenantID, p.ID, to, nullIfEmpty(hold.Ref), settled.CaptureBefore, failure, now,
-		nullIfEmpty(rc.operation), rc.forwardedKey, rc.outcome, rc.latencyMS, rc.detail, rc.at, detail}
+	args := append([]any{p.TenantID, p.ID, to, nullIfEmpty(hold.Ref), settled.CaptureBefore, failure, now},
+		call.args()...)
+	args = append(args, detail)
 	ck := claimArgs(c)
 	q := settleAuthorizeSQL
 	// With a renderer, the answer to store is rendered from the settled
@@ -341,13 +337,7 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		out, err = pgx.CollectExactlyOneRow(rows, scanPayment)
 	}
 	if err != nil {
-		if call != nil {
-			// Whether the statement committed is not known (the connection
-			// may have died after the commit): writing the call again could
-			// record it twice, so it goes to the log only.
-			s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
-				"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
-		}
+		s.callNotRecorded(ctx, p, call, err)
 		return Outcome{}, internalf("settle authorization: %w", err)
 	}
 	if completed {
@@ -445,6 +435,37 @@ func (s *Service) recordCall(ctx context.Context, p Payment, pc *providerCall) {
 	if _, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, pc.operation, pc.forwardedKey, pc.outcome, pc.latencyMS, pc.detail, pc.at); err != nil {
 		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", pc.operation, "error", err)
 	}
+}
+
+// providerCallRow is a SELECT of the payment_events row of a provider
+// call, for a statement that records the call with what it settled: $tenant
+// and $payment name the payment, $first to $first+5 are args' values. No
+// row when there is no call to record.
+func providerCallRow(tenant, payment, first int) string {
+	return fmt.Sprintf(`SELECT $%[1]d, $%[2]d, 'provider_call', $%[3]d::text, $%[4]d::text, $%[5]d::text, $%[6]d::double precision,
+			NULL::text, NULL::text, $%[7]d::jsonb, $%[8]d::timestamptz
+		WHERE $%[3]d::text IS NOT NULL`, tenant, payment, first, first+1, first+2, first+3, first+4, first+5)
+}
+
+// args are the six parameters of providerCallRow, all NULL (no row) for
+// a nil call.
+func (pc *providerCall) args() []any {
+	if pc == nil {
+		return []any{nil, nil, nil, nil, nil, nil}
+	}
+	return []any{pc.operation, pc.forwardedKey, pc.outcome, pc.latencyMS, pc.detail, pc.at}
+}
+
+// callNotRecorded logs a provider call whose recording statement failed.
+// Whether that statement committed is not known (the connection may have
+// died after the commit): writing the call again could record it twice, so
+// it goes to the log only.
+func (s *Service) callNotRecorded(ctx context.Context, p Payment, call *providerCall, err error) {
+	if call == nil {
+		return
+	}
+	s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
+		"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
 }
 
 func nullIfEmpty(v string) *string {

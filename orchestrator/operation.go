@@ -316,9 +316,7 @@ var settleOperationSQL = `
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
-		SELECT $5, $6, 'provider_call', $7::text, $8::text, $9::text, $10::double precision,
-			NULL::text, NULL::text, $11::jsonb, $12::timestamptz
-		WHERE $7::text IS NOT NULL
+		` + providerCallRow(5, 6, 7) + `
 		UNION ALL
 		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, p.from_status, p.status,
 			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), $4
@@ -387,18 +385,14 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 // answers from what the statement wrote.
 func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
 	now := s.now()
-	var rc providerCall
-	if call != nil {
-		rc = *call
-	}
 	ck := claimArgs(c)
 	var (
 		from    Status
 		settled operation
 	)
-	rows, _ := s.pool.Query(ctx, settleOperationSQL, op.TenantID, op.ID, nullIfEmpty(refundID), now, p.TenantID, p.ID,
-		nullIfEmpty(rc.operation), rc.forwardedKey, rc.outcome, rc.latencyMS, rc.detail, rc.at,
-		ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
+	args := append([]any{op.TenantID, op.ID, nullIfEmpty(refundID), now, p.TenantID, p.ID}, call.args()...)
+	args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
+	rows, _ := s.pool.Query(ctx, settleOperationSQL, args...)
 	written, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Payment, error) {
 		return scanPaymentAnd(row, &from, &settled.TenantID, &settled.ID, &settled.PaymentID, &settled.Kind, &settled.Key,
 			&settled.ForwardedKey, &settled.Status, &settled.AmountMinor, &settled.ProviderRef, &settled.FailureCode,
@@ -408,12 +402,7 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 		return s.reloadOperation(ctx, op) // settled meanwhile (the call is recorded all the same)
 	}
 	if err != nil {
-		if call != nil {
-			// Whether the statement committed is not known: the call goes
-			// to the log only, so it is never recorded twice.
-			s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
-				"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
-		}
+		s.callNotRecorded(ctx, p, call, err)
 		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
 	}
 	if !CanTransition(from, written.Status) {
