@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -62,12 +63,27 @@ const (
 // the same database (the floor it is measured against). Run it as `make
 // bench` does (BENCHMARKS.md).
 func BenchmarkServe(b *testing.B) {
-	e := newBenchEnv(b)
+	e := newBenchEnv(b, false)
 	b.Run("NewAuthorize", e.newAuthorize)
 	b.Run("Replay", func(b *testing.B) { e.replay(b, benchClients) })
 	b.Run("ReplayOneClient", func(b *testing.B) { e.replay(b, 1) })
 	b.Run("DuplicateStorm", e.duplicateStorm)
 	b.Run("Capture", e.capture)
+}
+
+// BenchmarkServePinned is NewAuthorize and its pgbench floor again with
+// PostgreSQL on a CPU of its own (CPU 1: the postmaster and every backend,
+// which inherit it) and everything else on the other (CPU 0: the server
+// with its fake, the load generator, pgbench's client), as when the
+// database runs on its own host. Both sides are then limited by the same
+// database CPU, and pct_of_pgbench says how close the service comes to
+// keeping it as busy as pgbench does. Affinities are restored afterwards.
+func BenchmarkServePinned(b *testing.B) {
+	if runtime.NumCPU() < 2 {
+		b.Fatalf("BenchmarkServePinned needs 2 CPUs, this machine has %d", runtime.NumCPU())
+	}
+	e := newBenchEnv(b, true)
+	b.Run("NewAuthorize", e.newAuthorize)
 }
 
 // benchEnv is one database, one merchant and one serve process, shared by
@@ -84,14 +100,17 @@ type benchEnv struct {
 	run      atomic.Int64 // numbers the runs, so keys never repeat
 
 	postmaster int // pid, for the cluster's CPU time
-	pg         pgbenchResult
+	// pinned puts PostgreSQL on CPU 1 and the rest on CPU 0
+	// (BenchmarkServePinned).
+	pinned bool
+	pg     pgbenchResult
 
 	replayOnce   sync.Once
 	replayKeys   []string
 	replayBodies [][]byte
 }
 
-func newBenchEnv(b *testing.B) *benchEnv {
+func newBenchEnv(b *testing.B, pinned bool) *benchEnv {
 	b.Helper()
 	dbURL := pgtest.URL(b)
 	pool := pgtest.Pool(b, dbURL)
@@ -106,6 +125,9 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}
 	if e.postmaster = parentPID(backend); e.postmaster <= 1 {
 		b.Fatalf("no postmaster found for backend %d", backend)
+	}
+	if pinned {
+		e.pin(b)
 	}
 	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -144,7 +166,7 @@ func (e *benchEnv) startServe(b *testing.B) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "serve", "--listen", addr)
+	cmd := e.command(bin, "serve", "--listen", addr)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + e.dbURL,
 		"PAYORCH_LOG_LEVEL=warn", "PAYORCH_RATE_LIMIT=0"}
 	if addr := os.Getenv("PAYORCH_DEBUG_LISTEN"); addr != "" {
@@ -179,6 +201,57 @@ func (e *benchEnv) startServe(b *testing.B) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// pin moves the cluster (the postmaster and its children; later
+// backends inherit it) to CPU 1 and this process to CPU 0, and puts them
+// back on every CPU when the benchmark ends.
+func (e *benchEnv) pin(b *testing.B) {
+	b.Helper()
+	all := "0-" + strconv.Itoa(runtime.NumCPU()-1)
+	cluster := func(cpus string) error {
+		pids := []int{e.postmaster}
+		entries, _ := os.ReadDir("/proc")
+		for _, d := range entries {
+			if pid, err := strconv.Atoi(d.Name()); err == nil && parentPID(pid) == e.postmaster {
+				pids = append(pids, pid)
+			}
+		}
+		for _, pid := range pids {
+			out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput()
+			if err != nil && parentPID(pid) != 0 { // a backend that just exited is fine
+				return fmt.Errorf("taskset %d: %v: %s", pid, err, out)
+			}
+		}
+		return nil
+	}
+	self := func(cpus string) error {
+		out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(os.Getpid())).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("taskset self: %v: %s", err, out)
+		}
+		return nil
+	}
+	b.Cleanup(func() {
+		if err := errors.Join(cluster(all), self(all)); err != nil {
+			b.Error(err)
+		}
+	})
+	if err := cluster("1"); err != nil {
+		b.Fatal(err)
+	}
+	if err := self("0"); err != nil {
+		b.Fatal(err)
+	}
+	e.pinned = true
+}
+
+// command is exec.Command, on CPU 0 when the benchmark is pinned.
+func (e *benchEnv) command(name string, args ...string) *exec.Cmd {
+	if e.pinned {
+		return exec.Command("taskset", append([]string{"-c", "0", name}, args...)...)
+	}
+	return exec.Command(name, args...)
 }
 
 // benchBinary builds the binary once per test binary, as payorchBinary
@@ -621,7 +694,7 @@ func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
 		"--log", "--log-prefix=" + filepath.Join(logDir, "tx"),
 		e.dbURL,
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := e.command(bin, args...)
 	cmd.Dir = logDir
 	cpu0 := e.cpu()
 	began := time.Now()
