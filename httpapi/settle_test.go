@@ -71,7 +71,8 @@ func TestSettlingWriteStoresTheAnswer(t *testing.T) {
 	if !strings.Contains(string(answer), `"description":"rewritten while settling"`) {
 		t.Fatalf("the stored answer shows the payment as predicted, not as written: %s", answer)
 	}
-	if !strings.Contains(e.logs.String(), "stored response was rendered from a payment that differs") {
-		t.Fatal("the repair was not logged")
+	if logs := e.logs.String(); !strings.Contains(logs, "stored response was rendered from a payment that differs") ||
+		!strings.Contains(logs, `"fields":["description"]`) || strings.Contains(logs, "rewritten while settling") {
+		t.Fatalf("the repair should be logged naming the field, not its value:\n%s", logs)
 	}
 }

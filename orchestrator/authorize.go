@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -362,8 +363,20 @@ func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredRespo
 		s.completed(c, *stored)
 		return nil
 	}
+	// The log names the fields that differ, not their values (which may
+	// be the merchant's customer data).
+	var pa, pb map[string]json.RawMessage
+	_ = json.Unmarshal(a, &pa)
+	_ = json.Unmarshal(b, &pb)
+	var fields []string
+	for k, v := range pb {
+		if !bytes.Equal(pa[k], v) {
+			fields = append(fields, k)
+		}
+	}
+	slices.Sort(fields)
 	s.logger.ErrorContext(ctx, "stored response was rendered from a payment that differs from the one written; storing it again",
-		"payment_id", written.ID, "predicted", string(a), "written", string(b))
+		"payment_id", written.ID, "fields", fields)
 	res, ok := c.Render(authorizeResult(written))
 	if !ok {
 		return internalf("payment %s: settled answer not storable", written.ID)
