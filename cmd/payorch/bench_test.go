@@ -156,10 +156,7 @@ func newBenchEnv(b *testing.B, pinned bool) *benchEnv {
 // its own fake provider in-process, and waits until /readyz answers 200.
 func (e *benchEnv) startServe(b *testing.B) {
 	b.Helper()
-	bin, err := benchBinary()
-	if err != nil {
-		b.Fatal(err)
-	}
+	bin := payorchBinary(b)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -252,24 +249,6 @@ func (e *benchEnv) command(name string, args ...string) *exec.Cmd {
 		return exec.Command("taskset", append([]string{"-c", "0", name}, args...)...)
 	}
 	return exec.Command(name, args...)
-}
-
-// benchBinary builds the binary once per test binary, as payorchBinary
-// does (which takes a *testing.T).
-func benchBinary() (string, error) {
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "payorch-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "payorch")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	return binPath, binErr
 }
 
 // benchAnswer is what one POST /v1/payments got.

@@ -31,8 +31,9 @@ var (
 	binErr  error
 )
 
-// payorchBinary builds the real binary once per test run.
-func payorchBinary(t *testing.T) string {
+// payorchBinary builds the real binary once per test binary (tests and
+// benchmarks share it).
+func payorchBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "payorch-bin-")
