@@ -11,12 +11,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/payorch/payorch/internal/otelx"
 	"github.com/payorch/payorch/orchestrator"
 )
 
@@ -55,14 +54,9 @@ type telemetry struct {
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
-	if tp == nil {
-		tp = tracenoop.NewTracerProvider()
-	}
-	if mp == nil {
-		mp = metricnoop.NewMeterProvider()
-	}
-	m := mp.Meter(InstrumentationName)
-	t := &telemetry{tracer: tp.Tracer(InstrumentationName)}
+	t := &telemetry{}
+	var m metric.Meter
+	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
 	var errs [4]error
 	t.httpRequests, errs[0] = m.Int64Counter("payorch.http.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("HTTP requests answered, by method, route template and status code."))

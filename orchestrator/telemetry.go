@@ -3,16 +3,14 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/payorch/payorch/internal/otelx"
 	"github.com/payorch/payorch/providers"
 )
 
@@ -56,23 +54,15 @@ type telemetry struct {
 	pendingOperations metric.Int64ObservableGauge
 	pendingOldest     metric.Float64ObservableGauge
 
-	mu        sync.Mutex
-	pendingAt time.Time
-	pending   PendingStats
-	pendingOK bool
+	pending otelx.Reading[PendingStats]
 }
 
 // newTelemetry creates the Service's instruments on tp and mp (nil: no-op)
 // and registers the pending gauges' callback.
 func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
-	if tp == nil {
-		tp = tracenoop.NewTracerProvider()
-	}
-	if mp == nil {
-		mp = metricnoop.NewMeterProvider()
-	}
-	m := mp.Meter(InstrumentationName)
-	t := &telemetry{tracer: tp.Tracer(InstrumentationName)}
+	t := &telemetry{pending: otelx.Reading[PendingStats]{Every: pendingCacheFor, Timeout: pendingQueryTimeout, Read: s.Pending}}
+	var m metric.Meter
+	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
 	var errs [8]error
 	t.providerCall, errs[0] = m.Float64Histogram("payorch.provider_call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of provider calls by provider, operation and outcome (ok, declined, rejected, not_executed, unknown)."),
@@ -101,26 +91,15 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 	return t, errors.Join(errs[:]...)
 }
 
-// pendingCached returns Pending, reusing a result younger than
-// pendingCacheFor so frequent scrapes cost one query. ok is false when the
-// database could not answer: the gauges are then left out rather than
+// pendingCached returns Pending as t.pending keeps it. ok is false when
+// the database could not answer: the gauges are then left out rather than
 // reported stale.
 func (s *Service) pendingCached(ctx context.Context) (PendingStats, bool) {
-	t := s.tel
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.pendingOK && time.Since(t.pendingAt) < pendingCacheFor {
-		return t.pending, true
-	}
-	qctx, cancel := context.WithTimeout(ctx, pendingQueryTimeout)
-	defer cancel()
-	st, err := s.Pending(qctx)
+	st, err := s.tel.pending.Get(ctx)
 	if err != nil {
-		t.pendingOK = false
 		s.logger.WarnContext(ctx, "pending gauges: database did not answer", "error", err)
 		return st, false
 	}
-	t.pending, t.pendingAt, t.pendingOK = st, time.Now(), true
 	return st, true
 }
 

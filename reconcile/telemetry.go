@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/payorch/payorch/internal/otelx"
 )
 
 // InstrumentationName names the tracer and meter of this package.
@@ -38,10 +37,7 @@ type telemetry struct {
 	discrepancies metric.Int64ObservableGauge
 	lastSuccess   metric.Float64ObservableGauge
 
-	mu     sync.Mutex
-	lastAt time.Time
-	last   []lastRun
-	lastOK bool
+	last otelx.Reading[[]lastRun]
 }
 
 // lastRun is the latest succeeded run of one provider and its open
@@ -53,14 +49,9 @@ type lastRun struct {
 }
 
 func newTelemetry(r *Reconciler, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
-	if tp == nil {
-		tp = tracenoop.NewTracerProvider()
-	}
-	if mp == nil {
-		mp = metricnoop.NewMeterProvider()
-	}
-	m := mp.Meter(InstrumentationName)
-	t := &telemetry{tracer: tp.Tracer(InstrumentationName)}
+	t := &telemetry{last: otelx.Reading[[]lastRun]{Every: lastRunsCacheFor, Timeout: lastRunsQueryTimeout, Read: r.lastRuns}}
+	var m metric.Meter
+	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
 	var errs [4]error
 	t.runDuration, errs[0] = m.Float64Histogram("payorch.reconciliation.run.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of reconciliation runs executed by this instance, by provider and status (succeeded, failed)."),
@@ -88,24 +79,14 @@ func newTelemetry(r *Reconciler, tp trace.TracerProvider, mp metric.MeterProvide
 	return t, errors.Join(errs[:]...)
 }
 
-// lastRunsCached returns lastRuns, reusing a result younger than
-// lastRunsCacheFor. ok is false when the database could not answer.
+// lastRunsCached returns lastRuns as t.last keeps it. ok is false when
+// the database could not answer.
 func (r *Reconciler) lastRunsCached(ctx context.Context) ([]lastRun, bool) {
-	t := r.tel
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.lastOK && time.Since(t.lastAt) < lastRunsCacheFor {
-		return t.last, true
-	}
-	qctx, cancel := context.WithTimeout(ctx, lastRunsQueryTimeout)
-	defer cancel()
-	runs, err := r.lastRuns(qctx)
+	runs, err := r.tel.last.Get(ctx)
 	if err != nil {
-		t.lastOK = false
 		r.logger.WarnContext(ctx, "reconciliation gauges: database did not answer", "error", err)
 		return nil, false
 	}
-	t.last, t.lastAt, t.lastOK = runs, time.Now(), true
 	return runs, true
 }
 
@@ -177,8 +158,4 @@ func (t *telemetry) endRun(ctx context.Context, span trace.Span, run Run, res re
 
 // forgetLastRuns drops the cached gauges of the last runs, so a run this
 // instance just finished shows at the next collection.
-func (t *telemetry) forgetLastRuns() {
-	t.mu.Lock()
-	t.lastOK = false
-	t.mu.Unlock()
-}
+func (t *telemetry) forgetLastRuns() { t.last.Forget() }
