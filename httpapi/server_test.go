@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
@@ -30,30 +30,12 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	fake   *fake.Client
 	srv    *httpapi.Server
 	url    string
 	svc    *orchestrator.Service
-	logs   *syncBuffer
+	logs   *testkit.SyncBuffer
 	keys   map[orchestrator.Role]string
 	tenant int64
 	// spans records every span ended; metrics reads the metrics of the
@@ -75,7 +57,7 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	logger := slog.New(orchestrator.NewLogHandler(slog.NewJSONHandler(logs, nil)))
 	fr, err := fake.Start("127.0.0.1:0", fake.Config{TimeoutHang: 10 * time.Second})
 	if err != nil {

@@ -4,32 +4,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newService(t *testing.T) (*orchestrator.Service, *clock) {
+func newService(t *testing.T) (*orchestrator.Service, *testkit.Clock) {
 	t.Helper()
-	clk := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	return orchestrator.NewService(orchestrator.Config{Pool: pgtest.DB(t), Clock: clk.Now}), clk
 }
 

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 )
 
-func keyedService(t *testing.T) (*orchestrator.Service, *clock, int64) {
+func keyedService(t *testing.T) (*orchestrator.Service, *testkit.Clock, int64) {
 	t.Helper()
-	clk := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	s := orchestrator.NewService(orchestrator.Config{Pool: pgtest.DB(t), Clock: clk.Now, Lease: 30 * time.Second})
 	tenant, _, _, err := s.CreateTenant(context.Background(), "T")
 	if err != nil {

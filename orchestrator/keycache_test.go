@@ -10,7 +10,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,20 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 )
-
-// testClock is a settable clock.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -319,7 +306,7 @@ func TestKeyCache(t *testing.T) {
 	t.Run("LastUsedIsStillWrittenOnceAMinute", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.DB(t)
-		clk := &testClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+		clk := testkit.NewClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 		t0 := clk.Now()
 		s := cachedService(t, pool, func(s *Service) { s.now = clk.Now })
 		k, key, err := s.CreateAPIKey(ctx, RoleSupport, 0, "")
@@ -529,7 +516,7 @@ func TestKeyCacheGeneration(t *testing.T) {
 
 	t.Run("MaxAge", func(t *testing.T) {
 		c := on()
-		clk := &testClock{t: now}
+		clk := testkit.NewClock(now)
 		c.now = clk.Now
 		c.put(c.generation(), "key_a", entry)
 		clk.Add(59 * time.Second)

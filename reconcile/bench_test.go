@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -29,7 +30,7 @@ import (
 // (VmHWM, reset before the run) and the peak growth of the Go heap.
 func BenchmarkReconcileDay(b *testing.B) {
 	const n = 1_000_000
-	clk := &clock{t: dayStart.Add(10 * time.Hour)}
+	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
 	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}))
 	phases := &phaseRecorder{}
 	e.rec = reconcile.New(reconcile.Config{Pool: e.svc.Pool(), Providers: map[string]providers.Provider{"fake": e.fc},

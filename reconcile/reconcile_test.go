@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -21,18 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // day is the business day under test; the run happens the next morning.
 var (
@@ -42,7 +31,7 @@ var (
 )
 
 type env struct {
-	clk    *clock
+	clk    *testkit.Clock
 	svc    *orchestrator.Service
 	rec    *reconcile.Reconciler
 	fc     *fake.Client
@@ -53,7 +42,7 @@ type env struct {
 
 func newEnv(t testing.TB, fcfg fake.Config) *env {
 	t.Helper()
-	clk := &clock{t: dayStart.Add(10 * time.Hour)}
+	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
 	if fcfg.Clock == nil {
 		fcfg.Clock = clk.Now
 	}
@@ -69,7 +58,7 @@ func newEnv(t testing.TB, fcfg fake.Config) *env {
 
 // newEnvWith wires an env around a fake provider client (one running in
 // another process, for instance).
-func newEnvWith(t testing.TB, clk *clock, fc *fake.Client) *env {
+func newEnvWith(t testing.TB, clk *testkit.Clock, fc *fake.Client) *env {
 	t.Helper()
 	pool := pgtest.DB(t)
 	provs := map[string]providers.Provider{"fake": fc}
@@ -272,7 +261,7 @@ func TestMidnightBoundaryIsNoFalseAlarm(t *testing.T) {
 	t.Parallel()
 	// The provider's clock runs 90 seconds ahead of ours: what we did at
 	// 23:59 it stamps on the next day.
-	provClock := &clock{}
+	provClock := testkit.NewClock(time.Time{})
 	e := newEnv(t, fake.Config{Clock: provClock.Now})
 	ours := dayStart.Add(24*time.Hour - time.Minute)
 	e.clk.Set(ours)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/payorch/payorch/internal/pgcluster"
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 )
 
@@ -96,7 +97,7 @@ type benchEnv struct {
 	base     string
 	client   *http.Client
 	serve    *exec.Cmd
-	logs     *syncBuffer
+	logs     *testkit.SyncBuffer
 	run      atomic.Int64 // numbers the runs, so keys never repeat
 
 	postmaster int // pid, for the cluster's CPU time
@@ -118,7 +119,7 @@ func newBenchEnv(b *testing.B, pinned bool) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{dbURL: dbURL, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &syncBuffer{}}
+	e := &benchEnv{dbURL: dbURL, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &testkit.SyncBuffer{}}
 	var backend int
 	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		b.Fatal(err)

@@ -13,11 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -26,23 +26,6 @@ func TestMain(m *testing.M) {
 			_ = os.RemoveAll(filepath.Dir(binPath)) // the binary payorchBinary built
 		}
 	})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -202,7 +185,7 @@ var bannerMerchant = regexp.MustCompile(`merchant\s+(pok_\S+)`)
 func startDev(t *testing.T, env map[string]string) (base, merchant string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{}
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, out, envOf(env)) }()
 	deadline := time.After(2 * time.Minute)

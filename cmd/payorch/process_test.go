@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -57,7 +58,7 @@ func payorchBinary(t testing.TB) string {
 type server struct {
 	cmd  *exec.Cmd
 	base string
-	logs *syncBuffer
+	logs *testkit.SyncBuffer
 }
 
 // startServe runs `payorch serve` with env on a free loopback port and
@@ -70,7 +71,7 @@ func startServe(t *testing.T, env map[string]string) *server {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

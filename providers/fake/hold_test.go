@@ -1,50 +1,30 @@
 package fake_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
 
-// clock is a settable clock for Config.Clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func TestHoldExpiresAtCaptureBefore(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	clk := newClock(t0)
+	clk := testkit.NewClock(t0)
 	_, c := start(t, fake.Config{HoldLifetime: time.Hour, Clock: clk.Now})
 
 	early, late := authorize(t, c, 1000), authorize(t, c, 2000)
 	if !late.CaptureBefore.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("CaptureBefore %s, want created + HoldLifetime = %s", late.CaptureBefore, t0.Add(time.Hour))
 	}
-	clk.Advance(59 * time.Minute)
+	clk.Add(59 * time.Minute)
 	if _, err := c.Capture(t.Context(), providers.CaptureRequest{Key: newKey(t), Ref: early.Ref}); err != nil {
 		t.Fatalf("capture a minute before capture_before: %v", err)
 	}
 
-	clk.Advance(time.Minute) // exactly capture_before
+	clk.Add(time.Minute) // exactly capture_before
 	got, err := c.Lookup(t.Context(), late.Ref)
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -181,11 +182,11 @@ func TestInvalidDriftIsRejected(t *testing.T) {
 
 func TestReportListsHoldsChangedInTheWindow(t *testing.T) {
 	t.Parallel()
-	clk := newClock(day.Add(time.Hour))
+	clk := testkit.NewClock(day.Add(time.Hour))
 	_, c := start(t, fake.Config{Clock: clk.Now})
 	changed := authorize(t, c, 1000) // day 1, captured on day 2
 	quiet := authorize(t, c, 2000)   // day 1 only
-	clk.Advance(24 * time.Hour)
+	clk.Add(24 * time.Hour)
 	if _, err := c.Capture(t.Context(), providers.CaptureRequest{Key: newKey(t), Ref: changed.Ref}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -40,7 +41,7 @@ func TestStateFileKeepsEverythingAcrossARestart(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "fake-provider.json")
 	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	clk := newClock(t0)
+	clk := testkit.NewClock(t0)
 	cfg := fake.Config{Clock: clk.Now, StateFile: file}
 	ctx := t.Context()
 	r1, c1 := start(t, cfg)
@@ -52,7 +53,7 @@ func TestStateFileKeepsEverythingAcrossARestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Authorize: %v", err)
 	}
-	clk.Advance(time.Minute)
+	clk.Add(time.Minute)
 	partial := authorize(t, c1, 3000)
 	captureKey := newKey(t)
 	capturePath := "/v1/holds/" + partial.Ref + "/capture"
@@ -60,7 +61,7 @@ func TestStateFileKeepsEverythingAcrossARestart(t *testing.T) {
 	if firstCapture.status != http.StatusOK {
 		t.Fatalf("capture: %d %s", firstCapture.status, firstCapture.body)
 	}
-	clk.Advance(time.Minute)
+	clk.Add(time.Minute)
 	if _, err := c1.Refund(ctx, providers.RefundRequest{Key: newKey(t), Ref: partial.Ref, AmountMinor: 500}); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
@@ -110,7 +111,7 @@ func TestStateFileKeepsEverythingAcrossARestart(t *testing.T) {
 		t.Fatalf("the state folder holds %v (%v), want only the state file", entries, err)
 	}
 
-	clk.Advance(time.Minute)
+	clk.Add(time.Minute)
 	r2, c2 := start(t, cfg)
 	for _, ref := range refs {
 		if res := lookupRaw(t, r2, ref); res.status != http.StatusOK || !bytes.Equal(res.body, lookups[ref]) {
