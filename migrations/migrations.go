@@ -55,6 +55,17 @@ func New(pool *pgxpool.Pool) (*Migrator, error) {
 // Close releases the Migrator's database/sql handle.
 func (m *Migrator) Close() error { return m.db.Close() }
 
+// Apply applies every pending migration to pool's database, as New and
+// Up do (logger as for Up), and returns the versions applied.
+func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int64, error) {
+	m, err := New(pool)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return m.Up(ctx, logger)
+}
+
 // Up applies every pending migration, holding the migration lock, and
 // returns the versions it applied (none when another instance got there
 // first).

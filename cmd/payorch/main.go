@@ -152,12 +152,7 @@ func openPool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgx
 
 // migrate applies pending migrations under the cluster-wide migration lock.
 func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
-	m, err := migrations.New(pool)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	_, err = m.Up(ctx, logger)
+	_, err := migrations.Apply(ctx, pool, logger)
 	return err
 }
 

@@ -117,12 +117,7 @@ func migrate(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer pool.Close()
-	m, err := migrations.New(pool)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	_, err = m.Up(ctx, nil)
+	_, err = migrations.Apply(ctx, pool, nil)
 	return err
 }
 
