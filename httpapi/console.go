@@ -119,6 +119,7 @@ func (s *Server) consoleRouter() *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.Logger.SetOutput(io.Discard)
 	e.IPExtractor = s.echo.IPExtractor
+	e.SchemeExtractor = s.echo.SchemeExtractor
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if !c.Response().Committed {
 			_ = s.consoleError(c, err)
@@ -264,6 +265,13 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// postedCSRF is the CSRF token of a posted form: from the request body
+// only, never the query string (c.FormValue would take either, and a token
+// in a URL leaks through logs, history and Referer).
+func postedCSRF(c echo.Context) string {
+	return c.Request().PostFormValue(csrfField)
+}
+
 func tokenHash(token string) []byte {
 	sum := sha256.Sum256([]byte(token))
 	return sum[:]
@@ -273,11 +281,13 @@ func sameToken(a, b string) bool {
 	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
 
-// cookie builds a console cookie: HttpOnly, SameSite=Strict, Secure under
-// TLS, scoped to /console/.
-func consoleCookie(c echo.Context, name, value string, expires time.Time) *http.Cookie {
+// consoleCookie builds a console cookie: HttpOnly, SameSite=Strict,
+// scoped to /console/, and Secure when the public URL is https, when Serve
+// serves TLS, or when the request came over HTTPS (its own TLS, or a
+// trusted proxy's X-Forwarded-Proto).
+func (s *Server) consoleCookie(c echo.Context, name, value string, expires time.Time) *http.Cookie {
 	ck := &http.Cookie{Name: name, Value: value, Path: consolePrefix + "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil}
+		SameSite: http.SameSiteStrictMode, Secure: s.secureCookies || c.Scheme() == "https"}
 	if value == "" {
 		ck.MaxAge = -1
 	} else if !expires.IsZero() {
@@ -302,13 +312,13 @@ func (s *Server) consoleAuth(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if sess == nil {
 			if c.Request().Method == http.MethodGet || c.Request().Method == http.MethodHead {
-				c.SetCookie(consoleCookie(c, sessionCookie, "", time.Time{}))
+				c.SetCookie(s.consoleCookie(c, sessionCookie, "", time.Time{}))
 				return c.Redirect(http.StatusSeeOther, consolePrefix+"/signin")
 			}
 			return s.consoleError(c, orchestrator.Errorf(orchestrator.CodeUnauthorized, "Your session has ended. Sign in again."))
 		}
 		c.Set(consoleSessionKey, sess)
-		if c.Request().Method == http.MethodPost && !sameToken(c.FormValue(csrfField), sess.CSRF) {
+		if c.Request().Method == http.MethodPost && !sameToken(postedCSRF(c), sess.CSRF) {
 			return s.consoleError(c, orchestrator.Errorf(orchestrator.CodeForbidden,
 				"The form's security token is missing or out of date. Go back, reload the page and try again."))
 		}

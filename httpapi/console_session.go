@@ -85,7 +85,7 @@ func (s *Server) consoleSignInForm(c echo.Context) error {
 
 func (s *Server) renderSignIn(c echo.Context, status int, msg string) error {
 	token := randomToken()
-	c.SetCookie(consoleCookie(c, signinCookie, token, time.Time{}))
+	c.SetCookie(s.consoleCookie(c, signinCookie, token, time.Time{}))
 	return s.render(c, status, "signin", "Sign in",
 		signInPage{CSRF: token, Message: msg, SignedOut: msg == "" && c.QueryParam("signed_out") == "1"})
 }
@@ -103,10 +103,10 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 			"Too many failed sign-ins from your network address. Wait "+waitText(wait)+" before you try again.")
 	}
 	ck, err := c.Cookie(signinCookie)
-	if err != nil || !sameToken(c.FormValue(csrfField), ck.Value) {
+	if err != nil || !sameToken(postedCSRF(c), ck.Value) {
 		return s.renderSignIn(c, http.StatusForbidden, "The sign-in form expired. Please try again.")
 	}
-	key := strings.TrimSpace(c.FormValue("api_key"))
+	key := strings.TrimSpace(c.Request().PostFormValue("api_key"))
 	if key == "" {
 		return s.renderSignIn(c, http.StatusUnauthorized, "Enter an API key.")
 	}
@@ -122,8 +122,8 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	c.SetCookie(consoleCookie(c, signinCookie, "", time.Time{}))
-	c.SetCookie(consoleCookie(c, sessionCookie, token, sess.ExpiresAt))
+	c.SetCookie(s.consoleCookie(c, signinCookie, "", time.Time{}))
+	c.SetCookie(s.consoleCookie(c, sessionCookie, token, sess.ExpiresAt))
 	return c.Redirect(http.StatusSeeOther, consolePrefix+"/")
 }
 
@@ -147,7 +147,7 @@ func (s *Server) consoleSignOut(c echo.Context) error {
 			return s.consoleError(c, &orchestrator.Error{Code: orchestrator.CodeInternal, Message: "internal error", Err: err})
 		}
 	}
-	c.SetCookie(consoleCookie(c, sessionCookie, "", time.Time{}))
+	c.SetCookie(s.consoleCookie(c, sessionCookie, "", time.Time{}))
 	return c.Redirect(http.StatusSeeOther, consolePrefix+"/signin?signed_out=1")
 }
 

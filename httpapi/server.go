@@ -9,12 +9,14 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"sync"
 	"time"
 
@@ -49,9 +51,21 @@ type Config struct {
 	// ConsoleSignInWindow defaults to 5 minutes.
 	ConsoleSignInWindow time.Duration
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the
-	// client (the console's sign-in limit counts per client address). Empty
-	// means no header is believed: the client is the connection's peer.
+	// client (the console's sign-in limit counts per client address) and
+	// whose X-Forwarded-Proto says whether the client came over HTTPS (the
+	// console's cookies are then Secure). Empty means no header is
+	// believed: the client is the connection's peer, and the scheme is the
+	// connection's.
 	TrustedProxies []netip.Prefix
+	// PublicURL is where users reach the server (the console is under
+	// PublicURL/console/); an https URL makes every console cookie Secure,
+	// however the request reached this process. nil: cookies are Secure
+	// when the request came over TLS, natively or through a trusted proxy.
+	PublicURL *url.URL
+	// TLSConfig, when set, makes Serve serve HTTPS with it (it must hold a
+	// certificate); console cookies are then always Secure. nil: plain
+	// HTTP, e.g. behind a TLS-terminating proxy.
+	TLSConfig *tls.Config
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// on shutdown. Defaults to 30s.
 	ShutdownTimeout time.Duration
@@ -90,6 +104,9 @@ type Server struct {
 	// signInLimiter counts failed console sign-ins per client address;
 	// nil when the limit is off.
 	signInLimiter *rateLimiter
+	// secureCookies makes every console cookie Secure: the public URL is
+	// https, or Serve serves TLS itself.
+	secureCookies bool
 
 	// Work started by requests that outlives them (reconciliation runs);
 	// Serve cancels and waits for it on shutdown.
@@ -134,7 +151,9 @@ func New(cfg Config) *Server {
 		s.limiter = newRateLimiter(cfg.RateLimit, int(2*cfg.RateLimit), cfg.Clock)
 	}
 	s.signInLimiter = newSignInLimiter(cfg)
+	s.secureCookies = cfg.TLSConfig != nil || (cfg.PublicURL != nil && cfg.PublicURL.Scheme == "https")
 	e.IPExtractor = clientIP(cfg.TrustedProxies)
+	e.SchemeExtractor = clientScheme(cfg.TrustedProxies)
 	e.HTTPErrorHandler = s.handleError
 	e.Use(
 		s.requestID,
@@ -195,12 +214,29 @@ func clientIP(trusted []netip.Prefix) echo.IPExtractor {
 	if len(trusted) == 0 {
 		return echo.ExtractIPDirect()
 	}
+	return echo.ExtractIPFromXFFHeader(trustOnly(trusted)...)
+}
+
+// clientScheme is how c.Scheme() finds whether the client came over
+// HTTPS: the connection's TLS, or, when the peer is one of trusted, the
+// proxy's X-Forwarded-Proto (its last value: the one the nearest proxy
+// set). Echo's default would believe any loopback or private peer.
+func clientScheme(trusted []netip.Prefix) echo.SchemeExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractSchemeDirect()
+	}
+	return echo.ExtractSchemeFromHeaders(trustOnly(trusted)...)
+}
+
+// trustOnly are Echo's trust options for exactly the ranges trusted: no
+// loopback, link-local or private range is trusted by default.
+func trustOnly(trusted []netip.Prefix) []echo.TrustOption {
 	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
 	for _, p := range trusted {
 		p = p.Masked()
 		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
 	}
-	return echo.ExtractIPFromXFFHeader(opts...)
+	return opts
 }
 
 // background runs fn outside the request that started it; Serve cancels
@@ -227,9 +263,9 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // same middleware.
 func (s *Server) Echo() *echo.Echo { return s.echo }
 
-// Serve serves on l until ctx is done, then shuts down gracefully: it stops
-// accepting, lets in-flight requests finish (up to ShutdownTimeout) and
-// returns.
+// Serve serves on l (HTTPS when Config.TLSConfig is set, else HTTP) until
+// ctx is done, then shuts down gracefully: it stops accepting, lets
+// in-flight requests finish (up to ShutdownTimeout) and returns.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.echo,
@@ -242,7 +278,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	if s.cfg.TLSConfig != nil {
+		hs.TLSConfig = s.cfg.TLSConfig.Clone()
+		go func() { errc <- hs.ServeTLS(l, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(l) }()
+	}
 	select {
 	case err := <-errc:
 		return err
