@@ -93,14 +93,13 @@ func (s *Server) renderSignIn(c echo.Context, status int, msg string) error {
 // consoleSignIn: POST /console/signin with api_key. The key is checked
 // like a Bearer key and then forgotten: it is never stored, logged or
 // echoed back. A client address past its allowance of failed sign-ins is
-// answered 429 before anything is checked.
+// answered 429 before anything is checked; otherwise the attempt takes one
+// of the allowance before the key is checked, and gives it back when the
+// key is accepted.
 func (s *Server) consoleSignIn(c echo.Context) error {
 	client := signInClient(c.RealIP())
 	if wait := s.signInWait(client); wait > 0 {
-		c.Set(errorCodeKey, orchestrator.CodeRateLimited)
-		c.Response().Header().Set("Retry-After", retryAfter(wait))
-		return s.renderSignIn(c, http.StatusTooManyRequests,
-			"Too many failed sign-ins from your network address. Wait "+waitText(wait)+" before you try again.")
+		return s.signInLimited(c, wait)
 	}
 	ck, err := c.Cookie(signinCookie)
 	if err != nil || !sameToken(postedCSRF(c), ck.Value) {
@@ -110,11 +109,15 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	if key == "" {
 		return s.renderSignIn(c, http.StatusUnauthorized, "Enter an API key.")
 	}
+	refund, wait := s.signInAttempt(client)
+	if wait > 0 {
+		return s.signInLimited(c, wait)
+	}
 	p, err := s.svc.Authenticate(c.Request().Context(), key)
 	if orchestrator.ErrorCode(err) == orchestrator.CodeUnauthorized {
-		s.signInFailed(client)
 		return s.renderSignIn(c, http.StatusUnauthorized, "That API key was not accepted: it is unknown, mistyped or revoked.")
 	}
+	refund() // accepted, or not checked at all: not a failed sign-in
 	if err != nil {
 		return s.consoleError(c, err)
 	}
@@ -125,6 +128,14 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	c.SetCookie(s.consoleCookie(c, signinCookie, "", time.Time{}))
 	c.SetCookie(s.consoleCookie(c, sessionCookie, token, sess.ExpiresAt))
 	return c.Redirect(http.StatusSeeOther, consolePrefix+"/")
+}
+
+// signInLimited answers a sign-in from a client with no allowance left.
+func (s *Server) signInLimited(c echo.Context, wait time.Duration) error {
+	c.Set(errorCodeKey, orchestrator.CodeRateLimited)
+	c.Response().Header().Set("Retry-After", retryAfter(wait))
+	return s.renderSignIn(c, http.StatusTooManyRequests,
+		"Too many failed sign-ins from your network address. Wait "+waitText(wait)+" before you try again.")
 }
 
 // waitText says d in words, rounded up: "30 seconds", "5 minutes".

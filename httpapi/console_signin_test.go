@@ -1,12 +1,14 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -231,6 +233,102 @@ func TestConsoleSignInLimit(t *testing.T) {
 		wantLimited(t, "untrusted peer", res, body, "30")
 		res, body = cc.signInWith(key, from("198.51.100.3"))
 		wantSignIn(t, "forwarded client named by an untrusted peer", res, body, http.StatusSeeOther)
+	})
+
+	t.Run("AConcurrentBurstIsCountedBeforeAnyKeyIsChecked", func(t *testing.T) {
+		t.Parallel()
+		clock, _ := stoppedClock()
+		e := newMigratedEnv(t, httpapi.Config{Clock: clock}) // 10 per 5 minutes
+		key := e.keys[orchestrator.RoleSupport]
+
+		// One sign-in form for the whole burst (the double-submit token
+		// is per form, not per attempt), so the attempts start together.
+		cc := newConsoleClient(t, e.url)
+		_, page := cc.get("/console/signin")
+		token := csrfOf(t, page)
+		u, _ := url.Parse(e.url + "/console/signin")
+		var formCookie string
+		for _, ck := range cc.c.Jar.Cookies(u) {
+			if ck.Name == "payorch_signin" {
+				formCookie = ck.Value
+			}
+		}
+		tr := &http.Transport{MaxIdleConnsPerHost: -1}
+		t.Cleanup(tr.CloseIdleConnections)
+		client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+		const burst = 200
+		type answer struct {
+			right  bool
+			status int
+			retry  string
+			err    error
+		}
+		answers := make([]answer, burst)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range burst {
+			right := i%50 == 25 // 4 right keys among 196 wrong ones
+			k := wrongKey
+			if right {
+				k = key
+			}
+			wg.Go(func() {
+				form := url.Values{"csrf_token": {token}, "api_key": {k}}
+				req, _ := http.NewRequest("POST", e.url+"/console/signin", strings.NewReader(form.Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.AddCookie(&http.Cookie{Name: "payorch_signin", Value: formCookie})
+				<-start
+				res, err := client.Do(req)
+				if err != nil {
+					answers[i] = answer{right: right, err: err}
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				answers[i] = answer{right: right, status: res.StatusCode, retry: res.Header.Get("Retry-After")}
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		evaluated, signedIn := 0, 0
+		var retries []string
+		for _, a := range answers {
+			switch {
+			case a.err != nil:
+				t.Fatalf("sign-in request: %v", a.err)
+			case a.status == http.StatusTooManyRequests:
+				retries = append(retries, a.retry)
+			case !a.right && a.status == http.StatusUnauthorized:
+				evaluated++
+			case a.right && a.status == http.StatusSeeOther:
+				signedIn++
+			default:
+				t.Fatalf("right key %v answered %d", a.right, a.status)
+			}
+		}
+		t.Logf("burst of %d: %d wrong keys checked, %d right keys signed in", burst, evaluated, signedIn)
+		if evaluated < 1 || evaluated > 10 {
+			t.Fatalf("%d wrong keys were checked in a burst against a limit of 10", evaluated)
+		}
+		for _, r := range retries {
+			if r != "30" {
+				t.Fatalf("429 with Retry-After %q, want 30", r)
+			}
+		}
+		if n := e.count(t, `SELECT count(*) FROM console_sessions`); n != signedIn {
+			t.Fatalf("%d sessions for %d successful sign-ins", n, signedIn)
+		}
+		// Exactly the checked wrong keys were counted: what is left of
+		// the allowance is 10 minus them (a right key in the burst took
+		// nothing for good), and then the right key is refused too.
+		for i := evaluated; i < 10; i++ {
+			res, body := cc.signInWith(wrongKey, nil)
+			wantSignIn(t, fmt.Sprintf("wrong key %d after the burst", i+1), res, body, http.StatusUnauthorized)
+		}
+		res, body := cc.signInWith(key, nil)
+		wantLimited(t, "right key after 10 failures", res, body, "30")
 	})
 
 	t.Run("NegativeLimitTurnsItOff", func(t *testing.T) {

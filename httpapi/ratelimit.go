@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
 
 	"github.com/payorch/payorch/orchestrator"
 )
@@ -19,13 +18,20 @@ import (
 // gets up to N times the limit, which is the usual trade for not paying a
 // database round trip per request.
 type rateLimiter struct {
-	mu      sync.Mutex
-	buckets map[string]*rate.Limiter
-	limit   rate.Limit
-	burst   int
-	now     func() time.Time
+	mu        sync.Mutex
+	buckets   map[string]*bucket
+	perSecond float64
+	burst     float64
+	now       func() time.Time
 	// nextSweep bounds how often a full map is scanned for idle buckets.
 	nextSweep time.Time
+}
+
+// bucket holds tokens as of at; it refills at the limiter's rate up to
+// its burst.
+type bucket struct {
+	tokens float64
+	at     time.Time
 }
 
 // sweepAbove is the bucket count past which full (idle) buckets are
@@ -36,43 +42,76 @@ func newRateLimiter(perSecond float64, burst int, now func() time.Time) *rateLim
 	if burst < 1 {
 		burst = 1
 	}
-	return &rateLimiter{buckets: make(map[string]*rate.Limiter), limit: rate.Limit(perSecond), burst: burst, now: now}
+	return &rateLimiter{buckets: make(map[string]*bucket), perSecond: perSecond, burst: float64(burst), now: now}
 }
 
-// bucket returns key's bucket, making it if need be. A full bucket is the
-// same as none, so once there are many, full ones are dropped first: the
-// map holds only keys that used some of their burst lately. Call with l.mu
-// held.
-func (l *rateLimiter) bucket(key string, now time.Time) *rate.Limiter {
-	b, ok := l.buckets[key]
-	if ok {
+// tokensAt is what b holds at now.
+func (l *rateLimiter) tokensAt(b *bucket, now time.Time) float64 {
+	t := b.tokens
+	if now.After(b.at) {
+		t += now.Sub(b.at).Seconds() * l.perSecond
+	}
+	return min(t, l.burst)
+}
+
+// refill brings b up to now. Call with l.mu held.
+func (l *rateLimiter) refill(b *bucket, now time.Time) {
+	b.tokens = l.tokensAt(b, now)
+	if now.After(b.at) {
+		b.at = now
+	}
+}
+
+// untilToken is how long b takes to hold a whole token again, rounded up
+// to the nanosecond.
+func (l *rateLimiter) untilToken(tokens float64) time.Duration {
+	return time.Duration(math.Ceil((1 - tokens) / l.perSecond * float64(time.Second)))
+}
+
+// bucket returns key's bucket, refilled to now, making a full one if need
+// be. A full bucket is the same as none, so once there are many, full ones
+// are dropped first: the map holds only keys that used some of their burst
+// lately. Call with l.mu held.
+func (l *rateLimiter) bucket(key string, now time.Time) *bucket {
+	if b, ok := l.buckets[key]; ok {
+		l.refill(b, now)
 		return b
 	}
 	if len(l.buckets) >= sweepAbove && !now.Before(l.nextSweep) {
 		l.nextSweep = now.Add(time.Second)
 		for k, x := range l.buckets {
-			if x.TokensAt(now) >= float64(l.burst) {
+			if l.tokensAt(x, now) >= l.burst {
 				delete(l.buckets, k)
 			}
 		}
 	}
-	b = rate.NewLimiter(l.limit, l.burst)
+	b := &bucket{tokens: l.burst, at: now}
 	l.buckets[key] = b
 	return b
 }
 
-// allow takes a token from key's bucket, or says how long until one is free.
+// allow takes a token from key's bucket, or says how long until one is
+// free and takes nothing.
 func (l *rateLimiter) allow(key string) (bool, time.Duration) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.bucket(key, now)
-	r := b.ReserveN(now, 1)
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, d
+	if b.tokens < 1 {
+		return false, l.untilToken(b.tokens)
 	}
+	b.tokens--
 	return true, 0
+}
+
+// refund gives back a token allow took (up to the burst: a refund never
+// raises the allowance).
+func (l *rateLimiter) refund(key string) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.bucket(key, now)
+	b.tokens = min(b.tokens+1, l.burst)
 }
 
 // wait says how long until key's bucket holds a whole token: 0 when it
@@ -85,21 +124,10 @@ func (l *rateLimiter) wait(key string) time.Duration {
 	if !ok {
 		return 0
 	}
-	tokens := b.TokensAt(now)
-	if tokens >= 1 {
-		return 0
+	if tokens := l.tokensAt(b, now); tokens < 1 {
+		return l.untilToken(tokens)
 	}
-	return time.Duration(math.Ceil((1 - tokens) / float64(l.limit) * float64(time.Second)))
-}
-
-// charge takes a token from key's bucket even when it holds none: the
-// debt is repaid (at the bucket's rate) before wait says 0 again, so
-// attempts that passed wait together and all failed all count.
-func (l *rateLimiter) charge(key string) {
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.bucket(key, now).ReserveN(now, 1)
+	return 0
 }
 
 // size is the number of buckets held.
@@ -126,11 +154,13 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 
 // Console sign-in limit (SPEC: Web console): failed sign-ins are counted
 // per client address in a token bucket of ConsoleSignInLimit tokens that
-// refills over ConsoleSignInWindow. Once it is empty, the sign-in form
-// answers 429 with Retry-After without looking at the key, so a correct key
-// is refused too until a token is back. A successful sign-in takes nothing
-// and gives nothing back: a valid key of one's own does not reset the
-// count. Per instance, like the API's rate limit.
+// refills over ConsoleSignInWindow. Each sign-in that is about to check a
+// key takes a token first (so concurrent attempts cannot all pass the
+// check before any is counted) and gets it back when the key is accepted:
+// a successful sign-in neither counts nor resets the count. Once the
+// bucket is empty the sign-in form answers 429 with Retry-After without
+// looking at the key, so a correct key is refused too until a token is
+// back. Per instance, like the API's rate limit.
 const (
 	defaultSignInLimit  = 10
 	defaultSignInWindow = 5 * time.Minute
@@ -166,7 +196,7 @@ func signInClient(ip string) string {
 }
 
 // signInWait is how long client must wait before its next sign-in: 0 when
-// it may try now.
+// it may try now. It takes nothing.
 func (s *Server) signInWait(client string) time.Duration {
 	if s.signInLimiter == nil {
 		return 0
@@ -174,11 +204,18 @@ func (s *Server) signInWait(client string) time.Duration {
 	return s.signInLimiter.wait(client)
 }
 
-// signInFailed counts a rejected key against client.
-func (s *Server) signInFailed(client string) {
-	if s.signInLimiter != nil {
-		s.signInLimiter.charge(client)
+// signInAttempt reserves client's next sign-in attempt before its key is
+// checked: it takes a token, counting the attempt as failed until refund
+// is called (when the key is accepted, or could not be checked). Without a
+// token left it takes nothing and says how long to wait.
+func (s *Server) signInAttempt(client string) (refund func(), wait time.Duration) {
+	if s.signInLimiter == nil {
+		return func() {}, 0
 	}
+	if ok, wait := s.signInLimiter.allow(client); !ok {
+		return nil, wait
+	}
+	return func() { s.signInLimiter.refund(client) }, 0
 }
 
 // retryAfter is the Retry-After value of d: whole seconds, rounded up.

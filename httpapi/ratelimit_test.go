@@ -25,7 +25,7 @@ func TestSignInClient(t *testing.T) {
 	}
 }
 
-func TestRateLimiterWaitAndCharge(t *testing.T) {
+func TestRateLimiterAllowWaitAndRefund(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	l := newSignInLimiter(Config{Clock: func() time.Time { return now }}) // 10 per 5 min
@@ -36,26 +36,45 @@ func TestRateLimiterWaitAndCharge(t *testing.T) {
 		t.Fatal("wait made a bucket")
 	}
 	for i := range 10 {
-		if d := l.wait("a"); d != 0 {
-			t.Fatalf("wait before failure %d: %v", i+1, d)
+		if ok, d := l.allow("a"); !ok || d != 0 {
+			t.Fatalf("attempt %d: %v %v", i+1, ok, d)
 		}
-		l.charge("a")
 	}
 	if d := l.wait("a"); d != 30*time.Second {
-		t.Fatalf("wait after 10 failures %v, want 30s", d)
+		t.Fatalf("wait after 10 attempts %v, want 30s", d)
 	}
-	// Failures that raced past wait count: the debt is repaid first.
-	l.charge("a")
-	l.charge("a")
-	if d := l.wait("a"); d != 90*time.Second {
-		t.Fatalf("wait after 12 failures %v, want 90s", d)
+	// Refused attempts take nothing: the wait does not grow.
+	for range 3 {
+		if ok, d := l.allow("a"); ok || d != 30*time.Second {
+			t.Fatalf("11th attempt: %v %v, want refused for 30s", ok, d)
+		}
 	}
-	if d := l.wait("b"); d != 0 {
-		t.Fatalf("another client waits %v", d)
-	}
-	now = now.Add(90 * time.Second)
+	// A refund gives one back, and never more than the burst.
+	l.refund("a")
 	if d := l.wait("a"); d != 0 {
-		t.Fatalf("wait after the debt is repaid %v", d)
+		t.Fatalf("wait after a refund %v", d)
+	}
+	if ok, _ := l.allow("a"); !ok {
+		t.Fatal("the refunded token is not there")
+	}
+	for range 20 {
+		l.refund("b")
+	}
+	for i := range 10 {
+		if ok, _ := l.allow("b"); !ok {
+			t.Fatalf("b's attempt %d refused", i+1)
+		}
+	}
+	if ok, _ := l.allow("b"); ok {
+		t.Fatal("refunds raised b's allowance past the burst")
+	}
+	now = now.Add(29 * time.Second)
+	if d := l.wait("a"); d != time.Second {
+		t.Fatalf("wait after 29s %v, want 1s", d)
+	}
+	now = now.Add(time.Second)
+	if ok, _ := l.allow("a"); !ok {
+		t.Fatal("no token after 30s")
 	}
 }
 
@@ -64,17 +83,20 @@ func TestRateLimiterDropsIdleBuckets(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	l := newSignInLimiter(Config{Clock: func() time.Time { return now }})
 	for i := range sweepAbove {
-		l.charge("10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256))
+		l.allow("10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256))
 	}
-	l.charge("blocked")
-	for range 11 {
-		l.charge("blocked")
+	for range 12 {
+		l.allow("blocked")
 	}
 	// All but one refilled: the next new client sweeps them away.
 	now = now.Add(31 * time.Second)
-	l.charge("new")
+	l.allow("new")
 	if n := l.size(); n != 2 {
 		t.Fatalf("%d buckets after the sweep, want 2 (the blocked client and the new one)", n)
+	}
+	// The blocked client has one token back after 31s, not ten.
+	if ok, _ := l.allow("blocked"); !ok {
+		t.Fatal("no token back after 31s")
 	}
 	if d := l.wait("blocked"); d == 0 {
 		t.Fatal("the sweep forgot a blocked client")
