@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -31,6 +32,21 @@ type config struct {
 	// comma-separated addresses or CIDR ranges, whose X-Forwarded-For names
 	// the client; empty means the client is the connection's peer.
 	TrustedProxies []netip.Prefix
+	// PublicURL (PAYORCH_PUBLIC_URL) is where users reach payorch, an
+	// absolute http(s) URL such as https://pay.example.com; https makes the
+	// console's cookies Secure whatever the request's scheme. Empty: they
+	// are Secure when the request came over TLS (natively, or by a trusted
+	// proxy's X-Forwarded-Proto).
+	PublicURL string
+	// TLSCert and TLSKey (PAYORCH_TLS_CERT, PAYORCH_TLS_KEY) are the PEM
+	// files of a certificate (chain) and its private key: set both and
+	// `serve` and `dev` serve HTTPS on Listen (the files must load at
+	// start-up); set neither for plain HTTP.
+	TLSCert string
+	TLSKey  string
+	// MetricsListen (PAYORCH_METRICS_LISTEN) serves /metrics on its own
+	// address, and no longer on the API's; empty: on the API's.
+	MetricsListen string
 	// LogLevel (PAYORCH_LOG_LEVEL): debug, info, warn or error.
 	LogLevel string
 	// DataDir (PAYORCH_DATA_DIR) holds `dev`'s cluster and demo keys.
@@ -231,6 +247,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("STRIPE_API_BASE", &c.StripeAPIBase)
 	dur("STRIPE_TIMEOUT", &c.StripeTimeout)
 	str("PAYORCH_DEBUG_LISTEN", &c.DebugListen)
+	str("PAYORCH_PUBLIC_URL", &c.PublicURL)
+	str("PAYORCH_TLS_CERT", &c.TLSCert)
+	str("PAYORCH_TLS_KEY", &c.TLSKey)
+	str("PAYORCH_METRICS_LISTEN", &c.MetricsListen)
 	str("OTEL_EXPORTER_OTLP_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
@@ -287,6 +307,22 @@ func (c config) validate() error {
 			return fmt.Errorf("PAYORCH_DEBUG_LISTEN: %q must be a loopback address such as 127.0.0.1:6060 (the profiler is not for the network)", c.DebugListen)
 		}
 	}
+	if c.PublicURL != "" {
+		if _, err := c.publicURL(); err != nil {
+			return err
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("PAYORCH_TLS_CERT, PAYORCH_TLS_KEY: set both (a certificate and its key) or neither")
+	}
+	if c.MetricsListen != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsListen); err != nil || port == "" {
+			return fmt.Errorf("PAYORCH_METRICS_LISTEN: %q is not an address such as 127.0.0.1:9090", c.MetricsListen)
+		}
+		if c.MetricsListen == c.Listen {
+			return fmt.Errorf("PAYORCH_METRICS_LISTEN: %q is the API's address; metrics need an address of their own", c.MetricsListen)
+		}
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
 	}
@@ -294,6 +330,17 @@ func (c config) validate() error {
 		return fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: %q is not supported (payorch exports http/protobuf)", c.OTLPProtocol)
 	}
 	return nil
+}
+
+// publicURL parses PublicURL: an absolute http or https URL with a host,
+// no user info, query or fragment.
+func (c config) publicURL() (*url.URL, error) {
+	u, err := url.Parse(c.PublicURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return nil, fmt.Errorf("PAYORCH_PUBLIC_URL: %q is not an absolute http(s) URL such as https://pay.example.com", c.PublicURL)
+	}
+	return u, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

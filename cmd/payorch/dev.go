@@ -99,8 +99,12 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		// looked up and reconciled.
 		cfg.FakeState = filepath.Join(dataDir, "fake-provider.json")
 	}
+	scheme := "http://"
+	if cfg.TLSCert != "" {
+		scheme = "https://"
+	}
 	return serveAPI(ctx, cfg, pool, logger, tel, func(addr string) {
-		printDevBanner(stdout, "http://"+addr, dbURL, keys)
+		printDevBanner(stdout, scheme+addr, dbURL, keys)
 	})
 }
 

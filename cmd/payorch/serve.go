@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,9 +46,20 @@ func cmdServe(ctx context.Context, cfg config, args []string) error {
 	return serveAPI(ctx, cfg, pool, logger, tel, nil)
 }
 
-// serveAPI migrates (unless told not to), listens on cfg.Listen, calls
-// ready (if set) with the bound address, and serves until ctx is done.
+// serveAPI loads the TLS certificate (if any), migrates (unless told not
+// to), listens on cfg.Listen, calls ready (if set) with the bound address,
+// and serves until ctx is done.
 func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger, tel *telemetry, ready func(addr string)) error {
+	tlsConfig, err := loadTLS(cfg)
+	if err != nil {
+		return err
+	}
+	var publicURL *url.URL
+	if cfg.PublicURL != "" {
+		if publicURL, err = cfg.publicURL(); err != nil {
+			return err
+		}
+	}
 	if cfg.AutoMigrate {
 		if err := migrate(ctx, pool, logger); err != nil {
 			return err
@@ -77,6 +90,16 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		return fmt.Errorf("PAYORCH_DEBUG_LISTEN: %w", err)
 	}
 	defer stopDebug()
+	// /metrics on its own address, or on the API's.
+	metricsHandler, metricsAt := tel.metrics, "/metrics"
+	if cfg.MetricsListen != "" {
+		stopMetrics, err := startMetrics(cfg, logger, tel.metrics)
+		if err != nil {
+			return fmt.Errorf("PAYORCH_METRICS_LISTEN: %w", err)
+		}
+		defer stopMetrics()
+		metricsHandler, metricsAt = nil, cfg.MetricsListen+"/metrics"
+	}
 
 	// Background services: settle pending payments, purge expired keys.
 	// Several instances may run them at once (SKIP LOCKED).
@@ -140,16 +163,19 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		ExecutionTimeout: cfg.IdempotencyLease - cfg.ProviderTimeout/2,
 		TracerProvider:   tel.tracerProvider,
 		MeterProvider:    tel.meterProvider,
-		MetricsHandler:   tel.metrics,
+		MetricsHandler:   metricsHandler,
 
 		ConsoleSignInLimit: signInLimit,
 		TrustedProxies:     cfg.TrustedProxies,
+		PublicURL:          publicURL,
+		TLSConfig:          tlsConfig,
 	})
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	logger.Info("payorch serving", "addr", l.Addr().String(), "version", buildVersion(), "metrics", "/metrics", "otlp_traces", tel.exporting)
+	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
+		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
 		ready(l.Addr().String())
 	}
@@ -158,6 +184,19 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 	}
 	logger.Info("payorch stopped")
 	return nil
+}
+
+// loadTLS loads PAYORCH_TLS_CERT and PAYORCH_TLS_KEY: nil when neither is
+// set (plain HTTP), an error naming them when they do not load.
+func loadTLS(cfg config) (*tls.Config, error) {
+	if cfg.TLSCert == "" && cfg.TLSKey == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("PAYORCH_TLS_CERT, PAYORCH_TLS_KEY: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *orchestrator.Service {
