@@ -220,7 +220,8 @@ func clientIP(trusted []netip.Prefix) echo.IPExtractor {
 // clientScheme is how c.Scheme() finds whether the client came over
 // HTTPS: the connection's TLS, or, when the peer is one of trusted, the
 // proxy's X-Forwarded-Proto (its last value: the one the nearest proxy
-// set). Echo's default would believe any loopback or private peer.
+// set; without it, X-Forwarded-Ssl: on and the like). Echo's default would
+// believe any loopback or private peer.
 func clientScheme(trusted []netip.Prefix) echo.SchemeExtractor {
 	if len(trusted) == 0 {
 		return echo.ExtractSchemeDirect()
