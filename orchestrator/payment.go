@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -104,6 +106,12 @@ func scanPaymentAnd(row pgx.CollectableRow, extra ...any) (Payment, error) {
 		p.CaptureBefore = &t
 	}
 	return p, err
+}
+
+// ValidText reports whether s can be stored in a PostgreSQL text or jsonb
+// value: valid UTF-8 without the NUL character.
+func ValidText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // PaymentID is the deterministic id of the payment a tenant creates under
