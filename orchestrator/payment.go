@@ -146,7 +146,7 @@ func notFound(id string) error {
 
 // GetPayment reads one payment. Another tenant's payment is not_found.
 func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment, error) {
-	q := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1 AND ($2 = 0 OR tenant_id = $2)`
+	q := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
 	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
 	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 	if isNoRows(err) {
@@ -161,7 +161,7 @@ func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment,
 // PaymentsByKey finds the payments created under an idempotency key: at
 // most one per tenant; staff scope may see several tenants'.
 func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Payment, error) {
-	q := `SELECT ` + paymentCols + ` FROM payments WHERE idempotency_key = $1 AND ($2 = 0 OR tenant_id = $2)
+	q := `SELECT ` + paymentCols + ` FROM payments WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
 		ORDER BY created_at DESC, id LIMIT 100`
 	rows, _ := s.pool.Query(ctx, q, key, sc.TenantID)
 	ps, err := pgx.CollectRows(rows, scanPayment)
@@ -202,7 +202,7 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 		cursorAt, cursorID = &c.CreatedAt, c.ID
 	}
 	q := `SELECT ` + paymentCols + ` FROM payments
-		WHERE ($1 = 0 OR tenant_id = $1)
+		WHERE ($1::bigint = 0 OR tenant_id = $1)
 		  AND ($2 = '' OR status = $2)
 		  AND ($3::timestamptz IS NULL OR created_at >= $3)
 		  AND ($4::timestamptz IS NULL OR created_at < $4)

@@ -323,7 +323,7 @@ func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, bool, er
 		f.Limit = 20
 	}
 	q := `SELECT ` + runCols + ` FROM reconciliation_runs
-		WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR business_date = $2::date) AND ($3 = 0 OR id < $3)
+		WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR business_date = $2::date) AND ($3::bigint = 0 OR id < $3)
 		ORDER BY id DESC LIMIT $4`
 	date := f.Date
 	rows, _ := r.pool.Query(ctx, q, f.Provider, date, f.StartingAfter, f.Limit+1)
