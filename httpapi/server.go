@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -71,7 +72,8 @@ type Config struct {
 	MetricsHandler http.Handler
 }
 
-// MaxBodyBytes is the largest request body accepted (SPEC: Errors).
+// MaxBodyBytes is the largest request body accepted, 64 KiB (SPEC:
+// Errors); one byte more is 413 body_too_large.
 const MaxBodyBytes = 64 << 10
 
 // Server is payorch's HTTP API.
@@ -147,7 +149,8 @@ func New(cfg Config) *Server {
 				return err
 			},
 		}),
-		middleware.BodyLimit("64K"),
+		// In bytes: Echo reads "64K" as 64,000.
+		middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)),
 		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
 	)
 	s.routes()
