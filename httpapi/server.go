@@ -152,6 +152,7 @@ func New(cfg Config) *Server {
 		// In bytes: Echo reads "64K" as 64,000.
 		middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)),
 		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
+		checkParams,              // the API's; the console's router runs its own
 	)
 	s.routes()
 	return s
