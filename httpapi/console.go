@@ -145,6 +145,7 @@ func (s *Server) consoleRouter() *echo.Echo {
 			},
 		}),
 		consoleHeaders,
+		checkParams,
 	)
 	e.GET(consolePrefix, func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, consolePrefix+"/") })
 	g := e.Group(consolePrefix)

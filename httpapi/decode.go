@@ -14,7 +14,8 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 )
 
-// readBody reads the request body, already capped by the body limit.
+// readBody reads the request body, already capped by the body limit
+// (MaxBodyBytes).
 // Errors: body_too_large.
 func readBody(c echo.Context) ([]byte, error) {
 	b, err := io.ReadAll(c.Request().Body)
@@ -39,7 +40,7 @@ func decodeStrict(raw []byte, dst any) error {
 		raw = []byte("{}")
 	}
 	if _, err := orchestrator.CanonicalJSON(raw); err != nil {
-		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
+		return bodyError(err)
 	}
 	if t := bytes.TrimSpace(raw); t[0] != '{' {
 		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body must be a JSON object"}
@@ -61,6 +62,16 @@ func decodeStrict(raw []byte, dst any) error {
 		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body is not valid JSON for this endpoint"}
 	}
 	return nil
+}
+
+// bodyError is validation_failed for a body CanonicalJSON refused, naming
+// the top-level field the fault is in.
+func bodyError(err error) error {
+	var je *orchestrator.JSONError
+	if errors.As(err, &je) && je.Field != "" {
+		return orchestrator.ParamError(je.Field, "%s: %s", je.Field, je.Reason)
+	}
+	return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
 }
 
 func jsonKind(goKind string) string {
@@ -94,7 +105,7 @@ func (m *minorUnits) UnmarshalJSON(b []byte) error {
 	if s == "null" {
 		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units, not null"}
 	}
-	if len(s) == 0 || s[0] == '"' || strings.ContainsAny(s, "eE") && len(s) > 24 {
+	if len(s) == 0 || s[0] == '"' || len(s) > orchestrator.MaxNumberLen || strings.ContainsAny(s, "eE") && len(s) > 24 {
 		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units"}
 	}
 	r, ok := new(big.Rat).SetString(s)

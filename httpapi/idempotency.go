@@ -57,7 +57,10 @@ func idempotencyKey(c echo.Context) (string, error) {
 
 // keyedRequest reads what every keyed POST starts with: its
 // Idempotency-Key, its body decoded strictly into dst, and the request's
-// fingerprint (op, pathParams, canonical body). Errors:
+// fingerprint (op, pathParams, canonical body). A body holding anything
+// PostgreSQL could not store (NUL, invalid UTF-8, at any depth) or a
+// numeral too long to parse cheaply is refused here, naming its top-level
+// field, before anything is claimed or parsed further. Errors:
 // idempotency_key_missing, idempotency_key_invalid, body_too_large,
 // validation_failed.
 func keyedRequest(c echo.Context, op string, pathParams map[string]string, dst any) (string, orchestrator.Fingerprint, error) {
@@ -74,7 +77,7 @@ func keyedRequest(c echo.Context, op string, pathParams map[string]string, dst a
 		return "", fp, err
 	}
 	if fp, err = orchestrator.NewFingerprint(op, pathParams, raw); err != nil {
-		return "", fp, &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body: " + err.Error()}
+		return "", fp, bodyError(err)
 	}
 	return key, fp, nil
 }

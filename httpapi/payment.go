@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -101,8 +102,9 @@ func (s *Server) paymentOperation(c echo.Context, op string, okStatus int, do op
 		return err
 	}
 	amount := req.AmountMinor
-	if amount.set && amount.value <= 0 {
-		return orchestrator.ParamError("amount_minor", "amount_minor must be positive (omit it for the whole amount)")
+	if amount.set && (amount.value <= 0 || amount.value > orchestrator.MaxAmountMinor) {
+		return orchestrator.ParamError("amount_minor", "amount_minor must be a whole number from 1 to %d (omit it for the whole amount)",
+			int64(orchestrator.MaxAmountMinor))
 	}
 	if !validID(id) {
 		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
@@ -202,7 +204,8 @@ func (s *Server) listPayments(c echo.Context) error {
 		if v := q.Get(name); v != "" {
 			t, err := parseTimeParam(v)
 			if err != nil {
-				return orchestrator.ParamError(name, "%s must be an RFC 3339 time or Unix seconds", name)
+				return orchestrator.ParamError(name, "%s must be an RFC 3339 time or Unix seconds, from %s to %s",
+					name, minTimeParam.Format(time.RFC3339), maxTimeParam.Format(time.RFC3339))
 			}
 			*dst = &t
 		}
@@ -236,13 +239,27 @@ func knownStatus(s orchestrator.Status) bool {
 	return false
 }
 
+// The range of time parameters: the Unix epoch to the last second of year
+// 9999 (what RFC 3339 can spell), well inside what PostgreSQL's timestamptz
+// and Go's time.Time hold.
+var (
+	minTimeParam = time.Unix(0, 0).UTC()
+	maxTimeParam = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
+// parseTimeParam reads an RFC 3339 time or Unix seconds within
+// [minTimeParam, maxTimeParam].
 func parseTimeParam(v string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
+	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, err
+		n, nerr := strconv.ParseInt(v, 10, 64)
+		if nerr != nil || n < minTimeParam.Unix() || n > maxTimeParam.Unix() {
+			return time.Time{}, errors.New("not a time in range")
+		}
+		t = time.Unix(n, 0)
 	}
-	return time.Unix(n, 0).UTC(), nil
+	if t.Before(minTimeParam) || t.After(maxTimeParam) {
+		return time.Time{}, errors.New("time out of range")
+	}
+	return t.UTC(), nil
 }

@@ -49,6 +49,9 @@ func (s *Server) startRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.rec.CheckRun(req.Provider, date); err != nil { // before the key is claimed
+		return err
+	}
 	p := principal(c)
 	return s.idempotent(c, opStartRun, key, fp, func(ctx context.Context, _ *orchestrator.Claim) (result, error) {
 		run, err := s.rec.Begin(ctx, req.Provider, date, reconcile.TriggerAPI, p.KeyID)

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -85,7 +86,8 @@ type Config struct {
 	MetricsHandler http.Handler
 }
 
-// MaxBodyBytes is the largest request body accepted (SPEC: Errors).
+// MaxBodyBytes is the largest request body accepted, 64 KiB (SPEC:
+// Errors); one byte more is 413 body_too_large.
 const MaxBodyBytes = 64 << 10
 
 // Server is payorch's HTTP API.
@@ -166,8 +168,10 @@ func New(cfg Config) *Server {
 				return err
 			},
 		}),
-		middleware.BodyLimit("64K"),
+		// In bytes: Echo reads "64K" as 64,000.
+		middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)),
 		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
+		checkParams,              // the API's; the console's router runs its own
 	)
 	s.routes()
 	return s

@@ -153,7 +153,7 @@ func (s *Service) ListAPIKeys(ctx context.Context, tenantID int64) ([]APIKey, er
 	const q = `
 		SELECT id, role, tenant_id, description, created_at, last_used_at, revoked_at
 		FROM api_keys
-		WHERE $1 = 0 OR tenant_id = $1
+		WHERE $1::bigint = 0 OR tenant_id = $1
 		ORDER BY created_at DESC, id`
 	rows, _ := s.pool.Query(ctx, q, tenantID)
 	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[APIKey])

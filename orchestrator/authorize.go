@@ -85,6 +85,9 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if !paymentMethodRE.MatchString(in.PaymentMethod) {
 		return ParamError("payment_method", "payment_method must look like pm_card_visa")
 	}
+	if !ValidText(in.Description) {
+		return ParamError("description", "description must be UTF-8 text without NUL characters")
+	}
 	if utf8.RuneCountInString(in.Description) > maxDescriptionLen {
 		return ParamError("description", "description is longer than %d characters", maxDescriptionLen)
 	}
@@ -92,6 +95,9 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 		return ParamError("metadata", "metadata has more than %d keys", maxMetadataKeys)
 	}
 	for k, v := range in.Metadata {
+		if !ValidText(k) || !ValidText(v) {
+			return ParamError("metadata", "metadata keys and values must be UTF-8 text without NUL characters")
+		}
 		if k == "" || utf8.RuneCountInString(k) > maxMetadataKeyLen || utf8.RuneCountInString(v) > maxMetadataValueLen {
 			return ParamError("metadata", "metadata keys must be 1 to %d characters and values at most %d", maxMetadataKeyLen, maxMetadataValueLen)
 		}

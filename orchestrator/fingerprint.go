@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -27,102 +28,134 @@ type Fingerprint struct {
 // maxJSONDepth bounds nesting in request bodies.
 const maxJSONDepth = 32
 
+// MaxNumberLen bounds a JSON number, as sent and in canonical form, in
+// characters: a numeral is refused before any big-number arithmetic can
+// spend time on it (an int64 has 19 digits; no field needs more).
+const MaxNumberLen = 40
+
+// JSONError is why CanonicalJSON refused a document. Field names the
+// top-level member the fault is in ("" when it is in no member: a
+// malformed document, a non-object body); Reason says what is wrong
+// without repeating the value.
+type JSONError struct {
+	Field  string
+	Reason string
+}
+
+func (e *JSONError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
 // CanonicalJSON returns the canonical form of a JSON document: objects with
 // keys sorted, no insignificant white space, numbers spelled as exact
 // rationals (1e2, 100 and 100.0 are the same number), strings re-escaped by
-// one rule. It rejects what a strict decoder must: duplicate keys, trailing
-// data, invalid UTF-8, nesting deeper than 32. An empty body is {}.
+// one rule. It rejects what a strict decoder must, and what PostgreSQL
+// cannot store in text or jsonb: duplicate keys, trailing data, strings
+// (member names or values) that are not valid UTF-8, hold an unpaired
+// UTF-16 surrogate escape or the NUL character, numbers longer than
+// MaxNumberLen characters, nesting deeper than 32. An empty body is {}.
+// Errors are *JSONError.
 func CanonicalJSON(body []byte) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return []byte("{}"), nil
 	}
-	if !utf8.Valid(body) {
-		return nil, errors.New("body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
+	c := &canonicalizer{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
+	c.dec.UseNumber()
 	var out bytes.Buffer
-	if err := canonValue(dec, &out, 0); err != nil {
+	if err := c.value(&out, 0); err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the JSON document")
+	if _, err := c.dec.Token(); err != io.EOF {
+		return nil, &JSONError{Reason: "trailing data after the JSON document"}
 	}
 	return out.Bytes(), nil
 }
 
-func canonValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
-	if depth > maxJSONDepth {
-		return errors.New("JSON nested too deeply")
-	}
-	tok, err := dec.Token()
+// canonicalizer reads one document token by token and checks each
+// token's own bytes as it goes.
+type canonicalizer struct {
+	dec  *json.Decoder
+	body []byte
+	// off is where the last token read ended.
+	off int64
+	// field is the top-level member being read.
+	field string
+}
+
+func (c *canonicalizer) fail(format string, args ...any) error {
+	return &JSONError{Field: c.field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// next returns the next token and, for a string (a member name or a
+// value), why PostgreSQL could not store it or the decoder would silently
+// alter it; "" when it is fine.
+func (c *canonicalizer) next() (tok json.Token, bad string, err error) {
+	tok, err = c.dec.Token()
 	if err != nil {
-		return fmt.Errorf("malformed JSON: %w", err)
+		return nil, "", c.fail("malformed JSON: %v", err)
+	}
+	end := c.dec.InputOffset()
+	raw := c.body[c.off:end] // the token, after the separators before it
+	c.off = end
+	if s, ok := tok.(string); ok {
+		switch {
+		case !utf8.Valid(raw):
+			bad = "strings must be valid UTF-8"
+		case unpairedSurrogate(raw):
+			bad = `strings must not hold an unpaired UTF-16 surrogate (\ud800 to \udfff)`
+		case strings.IndexByte(s, 0) >= 0:
+			bad = `strings must not hold the NUL character (\u0000)`
+		}
+	}
+	return tok, bad, nil
+}
+
+// closing reads the ']' or '}' that ends an array or object.
+func (c *canonicalizer) closing() error {
+	_, _, err := c.next()
+	return err
+}
+
+func (c *canonicalizer) value(out *bytes.Buffer, depth int) error {
+	if depth > maxJSONDepth {
+		return c.fail("JSON nested deeper than %d levels", maxJSONDepth)
+	}
+	tok, bad, err := c.next()
+	if err != nil {
+		return err
+	}
+	if bad != "" {
+		return c.fail("%s", bad)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
 		switch t {
 		case '{':
-			type member struct {
-				key string
-				val []byte
-			}
-			var members []member
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return fmt.Errorf("malformed JSON: %w", err)
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return errors.New("malformed JSON: object key is not a string")
-				}
-				if seen[k] {
-					return fmt.Errorf("duplicate key %q", k)
-				}
-				seen[k] = true
-				var v bytes.Buffer
-				if err := canonValue(dec, &v, depth+1); err != nil {
-					return err
-				}
-				members = append(members, member{k, v.Bytes()})
-			}
-			if _, err := dec.Token(); err != nil { // '}'
-				return fmt.Errorf("malformed JSON: %w", err)
-			}
-			sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
-			out.WriteByte('{')
-			for i, m := range members {
-				if i > 0 {
-					out.WriteByte(',')
-				}
-				writeString(out, m.key)
-				out.WriteByte(':')
-				out.Write(m.val)
-			}
-			out.WriteByte('}')
+			return c.object(out, depth)
 		case '[':
 			out.WriteByte('[')
-			for i := 0; dec.More(); i++ {
+			for i := 0; c.dec.More(); i++ {
 				if i > 0 {
 					out.WriteByte(',')
 				}
-				if err := canonValue(dec, out, depth+1); err != nil {
+				if err := c.value(out, depth+1); err != nil {
 					return err
 				}
 			}
-			if _, err := dec.Token(); err != nil { // ']'
-				return fmt.Errorf("malformed JSON: %w", err)
+			if err := c.closing(); err != nil {
+				return err
 			}
 			out.WriteByte(']')
 		default:
-			return errors.New("malformed JSON")
+			return c.fail("malformed JSON")
 		}
 	case json.Number:
 		n, err := canonNumber(string(t))
 		if err != nil {
-			return err
+			return c.fail("%v", err)
 		}
 		out.WriteString(n)
 	case string:
@@ -135,36 +168,145 @@ func canonValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 	return nil
 }
 
+func (c *canonicalizer) object(out *bytes.Buffer, depth int) error {
+	type member struct {
+		key string
+		val []byte
+	}
+	var members []member
+	seen := map[string]bool{}
+	for c.dec.More() {
+		kt, bad, err := c.next()
+		if err != nil {
+			return err
+		}
+		k, ok := kt.(string)
+		if !ok {
+			return c.fail("malformed JSON: object key is not a string")
+		}
+		if depth == 0 {
+			c.field = FieldName(k)
+		}
+		if bad != "" {
+			return c.fail("%s", bad)
+		}
+		if seen[k] {
+			return c.fail("duplicate key %s", strconv.QuoteToASCII(k))
+		}
+		seen[k] = true
+		var v bytes.Buffer
+		if err := c.value(&v, depth+1); err != nil {
+			return err
+		}
+		members = append(members, member{k, v.Bytes()})
+	}
+	if depth == 0 {
+		c.field = ""
+	}
+	if err := c.closing(); err != nil {
+		return err
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
+	out.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		writeString(out, m.key)
+		out.WriteByte(':')
+		out.Write(m.val)
+	}
+	out.WriteByte('}')
+	return nil
+}
+
 // canonNumber spells a JSON number exactly and one way: an integer in
 // decimal, anything else as the shortest exact decimal fraction (a JSON
-// number always has one). 1e2, 100 and 100.0 are all "100".
+// number always has one). 1e2, 100 and 100.0 are all "100". A numeral, or
+// its canonical spelling, longer than MaxNumberLen is refused, the former
+// before any arithmetic.
 func canonNumber(s string) (string, error) {
+	if len(s) > MaxNumberLen {
+		return "", fmt.Errorf("numbers must be at most %d characters long", MaxNumberLen)
+	}
 	mant, exp := s, 0
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
 		// big.Rat would expand 1e999999999 in memory: bound it first.
 		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
 		if err != nil || e > 400 || e < -400 {
-			return "", fmt.Errorf("number %q out of range", s)
+			return "", errors.New("number out of range")
 		}
 		mant, exp = s[:i], e
 	}
 	r, ok := new(big.Rat).SetString(s)
 	if !ok {
-		return "", fmt.Errorf("malformed number %q", s)
+		return "", errors.New("malformed number")
 	}
+	var f string
 	if r.IsInt() {
-		return r.Num().String(), nil
+		f = r.Num().String()
+	} else {
+		places := 0
+		if j := strings.IndexByte(mant, '.'); j >= 0 {
+			places = len(mant) - j - 1
+		}
+		places -= exp
+		f = r.FloatString(max(places, 0))
+		if strings.Contains(f, ".") {
+			f = strings.TrimRight(strings.TrimRight(f, "0"), ".")
+		}
 	}
-	places := 0
-	if j := strings.IndexByte(mant, '.'); j >= 0 {
-		places = len(mant) - j - 1
-	}
-	places -= exp
-	f := r.FloatString(max(places, 0))
-	if strings.Contains(f, ".") {
-		f = strings.TrimRight(strings.TrimRight(f, "0"), ".")
+	if len(f) > MaxNumberLen {
+		return "", errors.New("number out of range")
 	}
 	return f, nil
+}
+
+// unpairedSurrogate reports whether the raw bytes of a JSON string hold a
+// \u escape of a UTF-16 surrogate that is not part of a pair (the decoder
+// would turn it into U+FFFD).
+func unpairedSurrogate(raw []byte) bool {
+	surrogate := func(i int) (rune, bool) { // the \uXXXX escape at raw[i:]
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(n), err == nil && n >= 0xd800 && n <= 0xdfff
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if r, ok := surrogate(i); ok {
+			if r >= 0xdc00 { // a low surrogate with no high one before it
+				return true
+			}
+			if lo, ok := surrogate(i + 6); !ok || lo < 0xdc00 {
+				return true
+			}
+			i += 11 // the pair
+			continue
+		}
+		i++ // the escaped character
+	}
+	return false
+}
+
+// FieldName is a request field's or parameter's name fit to name in an
+// error (Error.Param): itself, or quoted in ASCII when it holds something
+// unprintable or is not UTF-8; cut to 64 characters.
+func FieldName(name string) string {
+	for _, r := range name {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			q := strconv.QuoteToASCII(name)
+			name = q[1 : len(q)-1]
+			break
+		}
+	}
+	if utf8.RuneCountInString(name) > 64 {
+		name = string([]rune(name)[:64])
+	}
+	return name
 }
 
 func writeString(out *bytes.Buffer, s string) {

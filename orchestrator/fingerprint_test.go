@@ -2,8 +2,11 @@ package orchestrator_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/payorch/payorch/orchestrator"
 )
@@ -58,6 +61,62 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 }
 
+// TestCanonicalJSONRefusesWhatCannotBeStored: every string PostgreSQL
+// cannot keep in text or jsonb (NUL, invalid UTF-8), every string the
+// decoder would silently alter (an unpaired surrogate becomes U+FFFD) and
+// every numeral too long to parse cheaply is refused, naming the top-level
+// member it is in, at any depth.
+func TestCanonicalJSONRefusesWhatCannotBeStored(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("9", 64<<10)
+	for _, tc := range []struct{ body, field string }{
+		{`{"description":"a\u0000b"}`, "description"},
+		{`{"metadata":{"k":"\u0000"}}`, "metadata"},
+		{`{"metadata":{"\u0000":"v"}}`, "metadata"},
+		{`{"a\u0000":1}`, `a\x00`},
+		{"{\"note\":\"\xc3\x28\"}", "note"},
+		{"{\"m\":{\"\xff\":1}}", "m"},
+		{"{\"\xff\":1}", `\ufffd`},
+		{`{"x":[1,{"y":["\ud800"]}]}`, "x"},
+		{`{"x":"\udc00\ud800"}`, "x"},
+		{`{"x":"\ud800\u0041"}`, "x"},
+		{`{"x":"\ud800"}`, "x"},
+		{`{"amount_minor":` + long + `}`, "amount_minor"},
+		{`{"amount_minor":1` + strings.Repeat("0", 40) + `}`, "amount_minor"},
+		{`{"amount_minor":0.` + strings.Repeat("0", 40) + `1}`, "amount_minor"},
+		{`{"amount_minor":1e40}`, "amount_minor"},
+		{`{"amount_minor":1e-40}`, "amount_minor"},
+		{`{"amount_minor":-300000000000e400}`, "amount_minor"},
+		{`{"deep":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}`, "deep"},
+		{`"\u0000"`, ""},
+		{long, ""},
+	} {
+		_, err := orchestrator.CanonicalJSON([]byte(tc.body))
+		var je *orchestrator.JSONError
+		if !errors.As(err, &je) {
+			t.Errorf("%.60q: error %v, want a *JSONError", tc.body, err)
+			continue
+		}
+		if je.Field != tc.field {
+			t.Errorf("%.60q: field %q, want %q (%v)", tc.body, je.Field, tc.field, err)
+		}
+		if strings.Contains(je.Reason, "999") || strings.ContainsRune(je.Reason, 0) || !utf8.ValidString(je.Reason) {
+			t.Errorf("%.60q: the reason repeats the value: %q", tc.body, je.Reason)
+		}
+		// A numeral too long is refused for its length, before any
+		// arithmetic (a 64 KB one used to cost about 200 ms of big.Rat).
+		if len(tc.body) > 60000 && strings.Contains(tc.body, "999") && !strings.Contains(je.Reason, "characters long") {
+			t.Errorf("%.60q: refused as %q, not for its length", tc.body, je.Reason)
+		}
+	}
+	for _, ok := range []string{`{"s":"\ud83d\ude00 \\ud800 \u00e9 \t"}`, `{"n":12345678901234567890.12345678901234567}`,
+		`{"n":1e39}`, `{"n":-1e-37}`} {
+		if _, err := orchestrator.CanonicalJSON([]byte(ok)); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	fp := func(op string, params map[string]string, body string) orchestrator.Fingerprint {
@@ -90,13 +149,26 @@ func TestFingerprint(t *testing.T) {
 // FuzzCanonicalJSON: canonicalisation never panics, is idempotent, and its
 // output is accepted again.
 func FuzzCanonicalJSON(f *testing.F) {
-	for _, s := range []string{`{"a":1}`, `{"b":[1,2.5e3,{"c":null}],"a":"\u00e9"}`, `[]`, `1e400`, `{"a":1,"a":1}`, ``, `"x"`} {
+	for _, s := range []string{`{"a":1}`, `{"b":[1,2.5e3,{"c":null}],"a":"\u00e9"}`, `[]`, `1e400`, `{"a":1,"a":1}`, ``, `"x"`,
+		`{"a":"\u0000"}`, `{"\u0000":1}`, "{\"a\":\"\xff\"}", `{"a":"\ud800"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\\ud800"}`,
+		`{"n":` + strings.Repeat("9", 4096) + `}`, `{"n":0.` + strings.Repeat("0", 60) + `1}`, `{"n":1e-38}`, `{"n":-0.0e-400}`,
+		strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat(`}`, 40)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := orchestrator.CanonicalJSON(b)
 		if err != nil {
+			var je *orchestrator.JSONError
+			if !errors.As(err, &je) {
+				t.Fatalf("error %v is not a *JSONError", err)
+			}
 			return
+		}
+		// Nothing accepted is unstorable: the canonical form is valid UTF-8
+		// and no string in it holds NUL.
+		var v any
+		if err := json.Unmarshal(c, &v); err != nil || !utf8.Valid(c) || holdsNUL(v) {
+			t.Fatalf("accepted %q into %q", b, c)
 		}
 		again, err := orchestrator.CanonicalJSON(c)
 		if err != nil {
@@ -106,4 +178,24 @@ func FuzzCanonicalJSON(f *testing.F) {
 			t.Fatalf("not idempotent: %q → %q", c, again)
 		}
 	})
+}
+
+func holdsNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.IndexByte(v, 0) >= 0
+	case []any:
+		for _, x := range v {
+			if holdsNUL(x) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, x := range v {
+			if holdsNUL(k) || holdsNUL(x) {
+				return true
+			}
+		}
+	}
+	return false
 }

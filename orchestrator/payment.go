@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -106,6 +108,12 @@ func scanPaymentAnd(row pgx.CollectableRow, extra ...any) (Payment, error) {
 	return p, err
 }
 
+// ValidText reports whether s can be stored in a PostgreSQL text or jsonb
+// value: valid UTF-8 without the NUL character.
+func ValidText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 // PaymentID is the deterministic id of the payment a tenant creates under
 // an idempotency key: a retry, even after the key expired, names the same
 // payment.
@@ -138,7 +146,7 @@ func notFound(id string) error {
 
 // GetPayment reads one payment. Another tenant's payment is not_found.
 func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment, error) {
-	q := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1 AND ($2 = 0 OR tenant_id = $2)`
+	q := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
 	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
 	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 	if isNoRows(err) {
@@ -153,7 +161,7 @@ func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment,
 // PaymentsByKey finds the payments created under an idempotency key: at
 // most one per tenant; staff scope may see several tenants'.
 func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Payment, error) {
-	q := `SELECT ` + paymentCols + ` FROM payments WHERE idempotency_key = $1 AND ($2 = 0 OR tenant_id = $2)
+	q := `SELECT ` + paymentCols + ` FROM payments WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
 		ORDER BY created_at DESC, id LIMIT 100`
 	rows, _ := s.pool.Query(ctx, q, key, sc.TenantID)
 	ps, err := pgx.CollectRows(rows, scanPayment)
@@ -194,7 +202,7 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 		cursorAt, cursorID = &c.CreatedAt, c.ID
 	}
 	q := `SELECT ` + paymentCols + ` FROM payments
-		WHERE ($1 = 0 OR tenant_id = $1)
+		WHERE ($1::bigint = 0 OR tenant_id = $1)
 		  AND ($2 = '' OR status = $2)
 		  AND ($3::timestamptz IS NULL OR created_at >= $3)
 		  AND ($4::timestamptz IS NULL OR created_at < $4)

@@ -1,9 +1,11 @@
 package orchestrator_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
 )
 
 func TestStateMachine(t *testing.T) {
@@ -42,5 +44,35 @@ func TestPaymentIDIsDeterministicPerTenantAndKey(t *testing.T) {
 		if other == a {
 			t.Fatalf("collision with %s", other)
 		}
+	}
+}
+
+// TestAuthorizeInputRefusesUnstorableText: whatever the caller (the HTTP
+// API checks bodies first, but not every caller is the HTTP API), text
+// PostgreSQL cannot store is validation_failed naming the field, never a
+// database error.
+func TestAuthorizeInputRefusesUnstorableText(t *testing.T) {
+	t.Parallel()
+	svc := orchestrator.NewService(orchestrator.Config{Providers: map[string]providers.Provider{"fake": nil}, DefaultProvider: "fake"})
+	for name, tc := range map[string]struct {
+		in    orchestrator.AuthorizeInput
+		param string
+	}{
+		"NULInDescription":     {orchestrator.AuthorizeInput{Description: "a\x00b"}, "description"},
+		"BadUTF8Description":   {orchestrator.AuthorizeInput{Description: "\xff"}, "description"},
+		"NULInMetadataKey":     {orchestrator.AuthorizeInput{Metadata: map[string]string{"\x00": "v"}}, "metadata"},
+		"NULInMetadataValue":   {orchestrator.AuthorizeInput{Metadata: map[string]string{"k": "v\x00"}}, "metadata"},
+		"BadUTF8MetadataValue": {orchestrator.AuthorizeInput{Metadata: map[string]string{"k": "\xc3\x28"}}, "metadata"},
+	} {
+		tc.in.AmountMinor, tc.in.Currency = 100, "EUR"
+		err := tc.in.Validate(svc)
+		var e *orchestrator.Error
+		if !errors.As(err, &e) || e.Code != orchestrator.CodeValidationFailed || e.Param != tc.param {
+			t.Errorf("%s: %v, want validation_failed on %s", name, err, tc.param)
+		}
+	}
+	ok := orchestrator.AuthorizeInput{AmountMinor: 100, Currency: "EUR", Description: "café\tau lait", Metadata: map[string]string{"k": "é"}}
+	if err := ok.Validate(svc); err != nil {
+		t.Fatalf("valid text refused: %v", err)
 	}
 }

@@ -186,20 +186,32 @@ func (r *Reconciler) Yesterday() time.Time {
 // leaseFor is how long a running run is presumed alive without a heartbeat.
 const leaseFor = 2 * time.Minute
 
-// Begin records a new version of the run of (provider, date) as running
-// and returns it; Execute does the work. Errors: validation_failed (unknown
-// provider, date in the future), ErrAlreadyScheduled (trigger schedule).
-func (r *Reconciler) Begin(ctx context.Context, provider string, date time.Time, trigger, requestedBy string) (Run, error) {
+// CheckRun refuses what Begin would refuse of (provider, date) before
+// anything is recorded, so that a request can be refused before its
+// idempotency key is claimed. Errors: validation_failed (unknown provider,
+// date in the future).
+func (r *Reconciler) CheckRun(provider string, date time.Time) error {
 	if _, ok := r.providers[provider]; !ok {
-		return Run{}, orchestrator.ParamError("provider", "provider %q is not configured", provider)
+		return orchestrator.ParamError("provider", "provider %q is not configured", provider)
+	}
+	y, m, d := date.Date()
+	if start := time.Date(y, m, d, 0, 0, 0, 0, r.loc); !start.Before(r.now()) {
+		return orchestrator.ParamError("date", "%s has not begun yet in %s", date.Format(time.DateOnly), r.loc)
+	}
+	return nil
+}
+
+// Begin records a new version of the run of (provider, date) as running
+// and returns it; Execute does the work. Errors: validation_failed (see
+// CheckRun), ErrAlreadyScheduled (trigger schedule).
+func (r *Reconciler) Begin(ctx context.Context, provider string, date time.Time, trigger, requestedBy string) (Run, error) {
+	if err := r.CheckRun(provider, date); err != nil {
+		return Run{}, err
 	}
 	y, m, d := date.Date()
 	start := time.Date(y, m, d, 0, 0, 0, 0, r.loc)
 	end := start.AddDate(0, 0, 1)
 	now := r.now()
-	if !start.Before(now) {
-		return Run{}, orchestrator.ParamError("date", "%s has not begun yet in %s", date.Format(time.DateOnly), r.loc)
-	}
 	var run Run
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		// Versions of one (provider, date) are numbered under a lock.
@@ -323,7 +335,7 @@ func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, bool, er
 		f.Limit = 20
 	}
 	q := `SELECT ` + runCols + ` FROM reconciliation_runs
-		WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR business_date = $2::date) AND ($3 = 0 OR id < $3)
+		WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR business_date = $2::date) AND ($3::bigint = 0 OR id < $3)
 		ORDER BY id DESC LIMIT $4`
 	date := f.Date
 	rows, _ := r.pool.Query(ctx, q, f.Provider, date, f.StartingAfter, f.Limit+1)
