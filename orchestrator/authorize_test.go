@@ -2,7 +2,6 @@ package orchestrator_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,10 +19,11 @@ import (
 // the fake provider on loopback.
 func TestAuthorize(t *testing.T) {
 	t.Parallel()
+	shared := newMoneyWorld(t, 0)
 
 	t.Run("ApprovedHoldIsAuthorizedWithItsReferenceAndDeadline", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		const body = `{"amount_minor":1000,"currency":"EUR","description":"order 1","metadata":{"order":"1"}}`
 		a := e.authorize(t, "a1", body)
 		p := a.out.Payment
@@ -67,7 +67,7 @@ func TestAuthorize(t *testing.T) {
 
 	t.Run("DeclineFailsThePaymentAndIsPaymentDeclined", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		a := e.authorize(t, "d1", `{"amount_minor":1000,"currency":"EUR","payment_method":"pm_card_chargeDeclined"}`)
 		p := a.out.Payment
 		if a.code() != orchestrator.CodePaymentDeclined {
@@ -96,7 +96,7 @@ func TestAuthorize(t *testing.T) {
 	for _, target := range []fake.Op{fake.OpCreate, fake.OpAuthorize} {
 		t.Run("NotExecutedBefore_"+string(target)+"_IsProviderUnavailableAndTheRetryHoldsOnce", func(t *testing.T) {
 			t.Parallel()
-			e := newMoneyEnv(t, 0)
+			e := shared.newTenant(t)
 			const key, body = "u1", `{"amount_minor":1500,"currency":"EUR"}`
 			e.arm(t, orchestrator.OpAuthorize, key, fake.Fault{Operation: target, Kind: fake.FaultErrorBeforeExecute, Count: 1})
 			a := e.authorize(t, key, body)
@@ -219,7 +219,7 @@ func TestAuthorize(t *testing.T) {
 
 	t.Run("ValidationNamesTheFieldAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		manyKeys := map[string]string{}
 		for i := range 51 {
 			manyKeys[fmt.Sprint("k", i)] = "v"
@@ -250,11 +250,11 @@ func TestAuthorize(t *testing.T) {
 				t.Errorf("%s: %v (%+v), want validation_failed on %s", tc.name, err, appErr, tc.param)
 			}
 		}
-		if n := e.count(t, `SELECT count(*) FROM payments`); n != 0 {
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE tenant_id = $1`, e.tenant); n != 0 {
 			t.Fatalf("%d payments written by invalid requests", n)
 		}
-		if ops, err := e.fake.Operations(context.Background(), ""); err != nil || len(ops) != 0 {
-			t.Fatalf("provider operations: %+v %v", ops, err)
+		if ops := e.fakeOps(t, orchestrator.OpAuthorize, "v1"); len(ops) != 0 {
+			t.Fatalf("provider operations: %+v", ops)
 		}
 		// The valid input itself passes (so each case fails for its field).
 		if out, err := e.svc.Authorize(context.Background(), nil, valid); err != nil || out.Payment.Status != orchestrator.StatusAuthorized {
@@ -264,52 +264,37 @@ func TestAuthorize(t *testing.T) {
 
 	t.Run("ConcurrentRequestsWithOneKeyExecuteOnceAndHoldOnce", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		const key, body, n = "c1", `{"amount_minor":700,"currency":"EUR"}`, 16
-		// A slow provider keeps the first execution in flight while the
-		// others arrive.
-		e.arm(t, orchestrator.OpAuthorize, key, fake.Fault{Operation: fake.OpCreate, Kind: fake.FaultLatency, LatencyMS: 100})
-		answers := make([]answer, n)
-		start := make(chan struct{})
+		// The execution that claims the key waits at the provider's door
+		// until every other request has had its answer.
+		open := e.gate(key)
 		var wg sync.WaitGroup
-		for i := range n {
+		defer wg.Wait() // after the gate opens, even when the test fails
+		defer open()
+		answers := make(chan answer, n)
+		start := make(chan struct{})
+		for range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				answers[i] = e.authorize(t, key, body)
+				answers <- e.authorize(t, key, body)
 			}()
 		}
 		close(start)
-		wg.Wait()
-		var executed []answer
-		inUse := 0
-		for _, a := range answers {
-			switch {
-			case a.claim != nil:
-				executed = append(executed, a)
-			case a.code() == orchestrator.CodeIdempotencyKeyInUse:
-				inUse++
-			case a.replay == nil:
-				t.Fatalf("unexpected answer: %+v %v", a.out, a.err)
+		for range n - 1 {
+			a := <-answers
+			if a.code() != orchestrator.CodeIdempotencyKeyInUse {
+				t.Fatalf("a request that met the execution in flight got %+v %v, want idempotency_key_in_use", a.out, a.err)
 			}
 		}
-		if len(executed) != 1 || executed[0].err != nil || executed[0].out.Payment.Status != orchestrator.StatusAuthorized {
-			var got []string
-			for _, a := range executed {
-				got = append(got, fmt.Sprintf("%s (%v)", a.out.Payment.Status, a.err))
-			}
-			t.Fatalf("%d executions, want 1 that authorized: %s", len(executed), strings.Join(got, ", "))
+		open()
+		executed := <-answers
+		if executed.claim == nil || executed.err != nil || executed.out.Payment.Status != orchestrator.StatusAuthorized {
+			t.Fatalf("the execution: %+v %v", executed.out, executed.err)
 		}
-		if inUse == 0 {
-			t.Fatal("no request met the execution in flight: the test did not race")
-		}
-		p := executed[0].out.Payment
-		for _, a := range answers {
-			if a.replay != nil && string(a.replay.Body) != string(executed[0].stored.Body) {
-				t.Fatalf("replay %s differs from the stored answer %s", a.replay.Body, executed[0].stored.Body)
-			}
-		}
+		p := executed.out.Payment
 		if m := e.count(t, `SELECT count(*) FROM payments WHERE tenant_id = $1`, e.tenant); m != 1 {
 			t.Fatalf("%d payments", m)
 		}
@@ -318,14 +303,9 @@ func TestAuthorize(t *testing.T) {
 			t.Fatalf("provider operations: %+v", ops)
 		}
 		e.wantHistory(t, p.ID, "state_changed >pending", "provider_call authorize ok", "state_changed pending>authorized")
-		// A late retry replays the same answer.
-		if late := e.authorize(t, key, body); late.replay == nil {
+		// A late retry replays the stored answer.
+		if late := e.authorize(t, key, body); late.replay == nil || string(late.replay.Body) != string(executed.stored.Body) {
 			t.Fatalf("late retry: %+v %v", late.out, late.err)
-		} else {
-			var got orchestrator.Payment
-			if err := json.Unmarshal(late.replay.Body, &got); err != nil || got.ID != p.ID || got.Status != orchestrator.StatusAuthorized {
-				t.Fatalf("late replay: %s", late.replay.Body)
-			}
 		}
 	})
 }

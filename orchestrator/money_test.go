@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,20 +30,22 @@ import (
 // the Service and the fake provider share.
 var moneyStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-// moneyEnv is one test's world: a Service on a fresh database, a fake
-// provider of its own (so faults and the operations log are the test's
-// alone), one clock for both, and one tenant.
-type moneyEnv struct {
-	svc    *orchestrator.Service
-	clk    *testkit.Clock
-	fake   *fake.Client
-	tenant int64
+// moneyWorld is a Service on a database of its own and a fake provider
+// of its own, on one settable clock. Tests that move the clock or run the
+// resolver (which sweeps every tenant) have a world each; the others
+// share one per group, each with a tenant of its own (newTenant), since a
+// database takes a while to make.
+type moneyWorld struct {
+	svc   *orchestrator.Service
+	clk   *testkit.Clock
+	fake  *fake.Client
+	gates *gatedProvider
 }
 
-// newMoneyEnv builds a moneyEnv. providerTimeout bounds each provider
-// call (0: the Service's default); tests that make a call time out use a
-// short one, since they wait it out.
-func newMoneyEnv(t *testing.T, providerTimeout time.Duration) *moneyEnv {
+// newMoneyWorld builds a moneyWorld. providerTimeout bounds each
+// provider call (0: the Service's default); tests that make a call time
+// out use a short one, since they wait it out.
+func newMoneyWorld(t *testing.T, providerTimeout time.Duration) *moneyWorld {
 	t.Helper()
 	clk := testkit.NewClock(moneyStart)
 	fr, err := fake.Start("127.0.0.1:0", fake.Config{Clock: clk.Now, TimeoutHang: 10 * time.Second})
@@ -53,15 +56,73 @@ func newMoneyEnv(t *testing.T, providerTimeout time.Duration) *moneyEnv {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
 	fc := fr.Client(&http.Client{Transport: tr})
+	gates := &gatedProvider{Provider: fc, gates: map[string]chan struct{}{}}
 	svc := orchestrator.NewService(orchestrator.Config{
 		Pool: pgtest.DB(t), Clock: clk.Now, Lease: 30 * time.Second, ProviderTimeout: providerTimeout,
-		Providers: map[string]providers.Provider{"fake": fc}, DefaultProvider: "fake",
+		Providers: map[string]providers.Provider{"fake": gates}, DefaultProvider: "fake",
 	})
-	tenant, _, _, err := svc.CreateTenant(context.Background(), "Money")
+	return &moneyWorld{svc: svc, clk: clk, fake: fc, gates: gates}
+}
+
+// gatedProvider is the fake provider's client with gates: an
+// authorization carrying a gated forwarded key waits, before it is sent,
+// until its gate opens. It is how a test keeps an execution in flight for
+// as long as it needs, without guessing at sleeps.
+type gatedProvider struct {
+	providers.Provider
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+}
+
+// Authorize waits for req.Key's gate, if any, then authorizes.
+func (g *gatedProvider) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
+	g.mu.Lock()
+	gate := g.gates[req.Key]
+	g.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return providers.Hold{}, &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeProviderUnavailable,
+				Message: "gate never opened", Err: ctx.Err()}
+		}
+	}
+	return g.Provider.Authorize(ctx, req)
+}
+
+// gate closes the gate of authorizations of the request under the client
+// key key, and returns the function that opens it.
+func (e *moneyEnv) gate(key string) (open func()) {
+	fwd := providers.ForwardedKey(e.tenant, orchestrator.OpAuthorize, key)
+	ch := make(chan struct{})
+	e.gates.mu.Lock()
+	e.gates.gates[fwd] = ch
+	e.gates.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// moneyEnv is one test's view of a world: its own tenant, so its keys,
+// payments, forwarded keys (and so faults and the fake's operations log)
+// are its alone.
+type moneyEnv struct {
+	*moneyWorld
+	tenant int64
+}
+
+// newTenant returns an env on w with a new tenant named after t.
+func (w *moneyWorld) newTenant(t *testing.T) *moneyEnv {
+	t.Helper()
+	tenant, _, _, err := w.svc.CreateTenant(context.Background(), t.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &moneyEnv{svc: svc, clk: clk, fake: fc, tenant: tenant.ID}
+	return &moneyEnv{moneyWorld: w, tenant: tenant.ID}
+}
+
+// newMoneyEnv is a world of the test's own, and a tenant on it.
+func newMoneyEnv(t *testing.T, providerTimeout time.Duration) *moneyEnv {
+	t.Helper()
+	return newMoneyWorld(t, providerTimeout).newTenant(t)
 }
 
 // answer is what one keyed request got.

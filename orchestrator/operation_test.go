@@ -14,10 +14,11 @@ import (
 // Service.Capture, as httpapi calls it, against the fake provider.
 func TestCapture(t *testing.T) {
 	t.Parallel()
+	shared := newMoneyWorld(t, 0)
 
 	t.Run("FullCaptureTakesTheWholeHold", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		a := e.capture(t, p.ID, "c1", `{}`)
 		got := a.out.Payment
@@ -42,7 +43,7 @@ func TestCapture(t *testing.T) {
 
 	t.Run("PartialCaptureReleasesTheRest", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		a := e.capture(t, p.ID, "c1", `{"amount_minor":400}`)
 		if got := a.out.Payment; a.err != nil || got.Status != orchestrator.StatusCaptured || got.CapturedMinor != 400 || got.AmountMinor != 1000 {
@@ -65,7 +66,7 @@ func TestCapture(t *testing.T) {
 
 	t.Run("OverCaptureIsAmountExceedsAuthorized", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		a := e.capture(t, p.ID, "c1", `{"amount_minor":1001}`)
 		wantRefusal(t, a.err, orchestrator.CodeAmountExceedsAuthorized, "amount_minor")
@@ -84,7 +85,7 @@ func TestCapture(t *testing.T) {
 
 	t.Run("CaptureOfACanceledPaymentIsAStateConflict", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		if c := e.cancel(t, p.ID, "x1"); c.err != nil {
 			t.Fatal(c.err)
@@ -104,7 +105,7 @@ func TestCapture(t *testing.T) {
 
 	t.Run("ConcurrentCapturesAndCancelsUnderOtherKeysMoveTheHoldOnce", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		const n = 8 // even: captures, odd: cancels
 		answers := make([]answer, n)
@@ -161,7 +162,7 @@ func TestCapture(t *testing.T) {
 
 	t.Run("BadAmountAndUnknownPaymentAreRefusedBeforeAnything", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		ctx := context.Background()
 		_, err := e.svc.Capture(ctx, nil, orchestrator.OperationInput{TenantID: e.tenant, PaymentID: p.ID, Key: "c1", AmountMinor: -1})
@@ -171,7 +172,7 @@ func TestCapture(t *testing.T) {
 		// Another tenant's payment is not found either.
 		_, err = e.svc.Capture(ctx, nil, orchestrator.OperationInput{TenantID: e.tenant + 1, PaymentID: p.ID, Key: "c3"})
 		wantRefusal(t, err, orchestrator.CodeNotFound, "")
-		if n := e.count(t, `SELECT count(*) FROM payment_operations`); n != 0 {
+		if n := e.count(t, `SELECT count(*) FROM payment_operations WHERE tenant_id = $1`, e.tenant); n != 0 {
 			t.Fatalf("%d operations recorded", n)
 		}
 		sameJSON(t, "payment", e.payment(t, p.ID), p)
@@ -209,10 +210,11 @@ func TestCancel(t *testing.T) {
 // Service.Refund, as httpapi calls it, against the fake provider.
 func TestRefund(t *testing.T) {
 	t.Parallel()
+	shared := newMoneyWorld(t, 0)
 
 	t.Run("PartialThenFull", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.captured(t, "p1", 1000)
 		a := e.refund(t, p.ID, "r1", `{"amount_minor":300}`)
 		if a.err != nil || a.out.Payment.Status != orchestrator.StatusPartiallyRefunded || a.out.Payment.RefundedMinor != 300 ||
@@ -251,7 +253,7 @@ func TestRefund(t *testing.T) {
 
 	t.Run("RefundOfAnUncapturedPaymentIsAStateConflict", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.authorized(t, "p1", 1000)
 		a := e.refund(t, p.ID, "r1", `{}`)
 		wantRefusal(t, a.err, orchestrator.CodePaymentStateConflict, "")
@@ -265,7 +267,7 @@ func TestRefund(t *testing.T) {
 
 	t.Run("MoreThanIsLeftIsAmountExceedsAuthorized", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.captured(t, "p1", 1000)
 		if a := e.refund(t, p.ID, "r1", `{"amount_minor":600}`); a.err != nil {
 			t.Fatal(a.err)
@@ -278,7 +280,7 @@ func TestRefund(t *testing.T) {
 
 	t.Run("ConcurrentRefundsNeverExceedTheCapturedAmount", func(t *testing.T) {
 		t.Parallel()
-		e := newMoneyEnv(t, 0)
+		e := shared.newTenant(t)
 		p := e.captured(t, "p1", 1000)
 		// Eight refunds of 300 under eight keys: exactly three fit.
 		const n = 8
