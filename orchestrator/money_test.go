@@ -1,9 +1,9 @@
 package orchestrator_test
 
 // The harness of the money-path tests (authorize_test.go,
-// operation_test.go, resolver_test.go): a Service on a database of its
-// own, with the real fake provider served on loopback as its only
-// provider, and keyed requests run through the idempotency protocol the
+// operation_test.go, resolver_test.go): a Service on a real database,
+// with the real fake provider served on loopback as its only provider,
+// and keyed requests run through the idempotency protocol the
 // way httpapi runs them (claim, execute, store a final answer or release
 // the key).
 
