@@ -17,6 +17,10 @@ import (
 // IdempotencyRequest is one keyed POST, as the protocol sees it.
 type IdempotencyRequest struct {
 	TenantID int64
+	// Scope narrows the key within the tenant to whoever may replay it:
+	// Principal.IdempotencyScope, "" for a tenant's keys and the API key's
+	// id for staff (tenant 0), who must have one.
+	Scope string
 	// Operation is the route template, e.g. "POST /v1/payments/{id}/capture".
 	Operation   string
 	Key         string
@@ -35,6 +39,7 @@ type StoredResponse struct {
 // whose lease was taken over cannot complete the key.
 type Claim struct {
 	TenantID  int64
+	Scope     string
 	Operation string
 	Key       string
 	token     string
@@ -69,6 +74,18 @@ type Begin struct {
 	// ExpiresAt is the key's expiry, known whenever the key exists (also
 	// with idempotency_key_reused and idempotency_key_in_use).
 	ExpiresAt time.Time
+}
+
+// IdempotencyScope is the scope p's idempotency keys live in within its
+// tenant: "" for a merchant, so every API key of a tenant shares the
+// tenant's keys (a key rotated mid-retry still gets its answer), and the
+// API key's id for staff, who have no tenant (tenant 0): one staff key never
+// replays another's stored answer, nor is refused for another's body.
+func (p Principal) IdempotencyScope() string {
+	if p.TenantID != 0 {
+		return ""
+	}
+	return p.KeyID
 }
 
 // Idempotency-Key limits (SPEC: Idempotency protocol).
@@ -129,12 +146,20 @@ type keyRow struct {
 // idempotency_key_in_use with RetryAfter; an expired or released lease is
 // taken over by compare-and-swap, by exactly one request.
 func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (Begin, error) {
-	rk := replayKey{req.TenantID, req.Operation, req.Key}
+	if (req.TenantID == 0) != (req.Scope != "") {
+		return Begin{}, internalf("idempotency key of tenant %d with scope %q: staff keys (tenant 0) need a scope, tenant keys have none",
+			req.TenantID, req.Scope)
+	}
+	rk := replayKey{req.TenantID, req.Scope, req.Operation, req.Key}
 	if e, ok := s.replays.get(rk, s.now()); ok {
 		if e.requestHash != string(req.Fingerprint.Hash) {
 			return Begin{ExpiresAt: e.expiresAt}, reusedError(e.fieldHashes, req.Fingerprint.Fields)
 		}
 		return Begin{ExpiresAt: e.expiresAt, Replay: e.response}, nil
+	}
+	newClaim := func(token string, expires time.Time) *Claim {
+		return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
+			token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires}
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		now := s.now()
@@ -150,10 +175,10 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		// all: read again.
 		const claimOrRead = `
 			WITH ins AS (
-				INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
+				INSERT INTO idempotency_keys (tenant_id, scope, operation, key, request_hash, field_hashes,
 					status, lock_token, locked_until, created_at, updated_at, expires_at)
-				VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
-				ON CONFLICT (tenant_id, operation, key) DO NOTHING
+				VALUES ($1, $10, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
+				ON CONFLICT (tenant_id, operation, key, scope) DO NOTHING
 				RETURNING expires_at
 			)
 			SELECT true, NULL::bytea, NULL::jsonb, ''::text, NULL::text, NULL::timestamptz, NULL::text,
@@ -163,14 +188,14 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			SELECT false, request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
 				response_status, response_headers, response_body, expires_at
 			FROM idempotency_keys
-			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $10 AND NOT EXISTS (SELECT 1 FROM ins)`
 		var (
 			claimed bool
 			k       keyRow
 			rp      *string
 		)
 		err := s.pool.QueryRow(ctx, claimOrRead, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-			token, lease, now, expires).Scan(&claimed, &k.RequestHash, &k.FieldHashes, &k.Status, &k.LockToken,
+			token, lease, now, expires, req.Scope).Scan(&claimed, &k.RequestHash, &k.FieldHashes, &k.Status, &k.LockToken,
 			&k.LockedUntil, &rp, &k.ResponseStatus, &k.ResponseHeaders, &k.ResponseBody, &k.ExpiresAt)
 		if isNoRows(err) {
 			continue // inserted by another request after our snapshot: read again
@@ -179,8 +204,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			return Begin{}, internalf("claim idempotency key: %w", err)
 		}
 		if claimed {
-			return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: k.ExpiresAt}}, nil
+			return Begin{ExpiresAt: k.ExpiresAt, Claim: newClaim(token, k.ExpiresAt)}, nil
 		}
 		if rp != nil {
 			k.RecoveryPoint = *rp
@@ -194,20 +218,19 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 					lock_token = $6, locked_until = $7, recovery_point = 'started', takeovers = 0, payment_id = NULL,
 					response_status = NULL, response_headers = NULL, response_body = NULL,
 					created_at = $8, updated_at = $8, expires_at = $9
-				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND expires_at <= $8
+				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $11 AND expires_at <= $8
 					AND lock_token IS NOT DISTINCT FROM $10::uuid
 				RETURNING expires_at`
 			var exp time.Time
 			err := s.pool.QueryRow(ctx, renew, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-				token, lease, now, expires, k.LockToken).Scan(&exp)
+				token, lease, now, expires, k.LockToken, req.Scope).Scan(&exp)
 			if isNoRows(err) {
 				continue
 			}
 			if err != nil {
 				return Begin{}, internalf("renew idempotency key: %w", err)
 			}
-			return Begin{ExpiresAt: exp, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: exp}}, nil
+			return Begin{ExpiresAt: exp, Claim: newClaim(token, exp)}, nil
 		}
 
 		if string(k.RequestHash) != string(req.Fingerprint.Hash) {
@@ -229,10 +252,10 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		const cas = `
 			UPDATE idempotency_keys SET lock_token = $4, locked_until = $5, updated_at = $6,
 				takeovers = takeovers + CASE WHEN $8 THEN 1 ELSE 0 END
-			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND status = 'in_progress'
+			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $9 AND status = 'in_progress'
 				AND lock_token IS NOT DISTINCT FROM $7::uuid
 				AND (locked_until IS NULL OR locked_until <= $6)`
-		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover)
+		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover, req.Scope)
 		if err != nil {
 			return Begin{}, internalf("take over idempotency key: %w", err)
 		}
@@ -244,8 +267,9 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
 				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
 		}
-		return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-			token: token, fp: req.Fingerprint, Takeover: takeover, Resumed: !takeover, RecoveryPoint: k.RecoveryPoint, ExpiresAt: k.ExpiresAt}}, nil
+		c := newClaim(token, k.ExpiresAt)
+		c.Takeover, c.Resumed, c.RecoveryPoint = takeover, !takeover, k.RecoveryPoint
+		return Begin{ExpiresAt: k.ExpiresAt, Claim: c}, nil
 	}
 	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
@@ -275,11 +299,11 @@ var ErrLeaseLost = errors.New("idempotency lease lost to another request")
 // marks the key completed.
 func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID string, res StoredResponse) error {
 	const q = `
-		UPDATE idempotency_keys SET status = 'completed', response_status = $5, response_headers = $6,
-			response_body = $7, payment_id = nullif($8, ''), recovery_point = 'finished',
-			lock_token = NULL, locked_until = NULL, updated_at = $9
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
-	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
+		UPDATE idempotency_keys SET status = 'completed', response_status = $6, response_headers = $7,
+			response_body = $8, payment_id = nullif($9, ''), recovery_point = 'finished',
+			lock_token = NULL, locked_until = NULL, updated_at = $10
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
+	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
 	if err != nil {
 		return internalf("complete idempotency key: %w", err)
 	}
@@ -292,7 +316,7 @@ func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID st
 
 // completed notes that c's key now holds res.
 func (s *Service) completed(c *Claim, res StoredResponse) {
-	s.replays.put(replayKey{c.TenantID, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
+	s.replays.put(replayKey{c.TenantID, c.Scope, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
 		fieldHashes: c.fp.Fields, response: &res, expiresAt: c.ExpiresAt})
 }
 
@@ -300,9 +324,9 @@ func (s *Service) completed(c *Claim, res StoredResponse) {
 // and unknown outcomes), so the next retry resumes at once.
 func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
 	const q = `
-		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $5
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
-	if _, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, s.now()); err != nil {
+		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
+	if _, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, s.now()); err != nil {
 		return internalf("release idempotency key: %w", err)
 	}
 	return nil
@@ -335,7 +359,10 @@ func checkpointCTE(at, first int) string {
 		)`, at, first, first+1, first+2, first+3, first+4)
 }
 
-// claimSQL is a claim as SQL parameters; all nil for no claim.
+// claimSQL is a claim as SQL parameters; all nil for no claim. Its lease
+// token names one key row on its own; tenant, operation and key lead the
+// statement to it through the primary key (whose last column, scope, they
+// need not name).
 type claimSQL struct {
 	tenantID  *int64
 	operation *string
@@ -357,13 +384,13 @@ func (s *Service) PurgeExpiredKeys(ctx context.Context, batch int) (int, error) 
 	const q = `
 		DELETE FROM idempotency_keys k
 		USING (
-			SELECT tenant_id, operation, key FROM idempotency_keys
+			SELECT tenant_id, operation, key, scope FROM idempotency_keys
 			WHERE expires_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
 			ORDER BY expires_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
 		) x
-		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key`
+		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key AND k.scope = x.scope`
 	tag, err := s.pool.Exec(ctx, q, s.now(), batch)
 	if err != nil {
 		return 0, internalf("purge idempotency keys: %w", err)
