@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -144,7 +145,10 @@ type keyRow struct {
 // with the same fingerprint is replayed; another fingerprint is
 // idempotency_key_reused naming the differing fields; a live lease is
 // idempotency_key_in_use with RetryAfter; an expired or released lease is
-// taken over by compare-and-swap, by exactly one request.
+// taken over by compare-and-swap, by exactly one request. A statement that
+// may have claimed the key but whose answer was lost (its connection died)
+// has its claim given up again before the error returns, so the retry does
+// not wait out a lease nobody holds.
 func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (Begin, error) {
 	if (req.TenantID == 0) != (req.Scope != "") {
 		return Begin{}, internalf("idempotency key of tenant %d with scope %q: staff keys (tenant 0) need a scope, tenant keys have none",
@@ -201,7 +205,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			continue // inserted by another request after our snapshot: read again
 		}
 		if err != nil {
-			return Begin{}, internalf("claim idempotency key: %w", err)
+			return Begin{}, s.lostClaim(ctx, req, token, internalf("claim idempotency key: %w", err))
 		}
 		if claimed {
 			return Begin{ExpiresAt: k.ExpiresAt, Claim: newClaim(token, k.ExpiresAt)}, nil
@@ -228,7 +232,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				continue
 			}
 			if err != nil {
-				return Begin{}, internalf("renew idempotency key: %w", err)
+				return Begin{}, s.lostClaim(ctx, req, token, internalf("renew idempotency key: %w", err))
 			}
 			return Begin{ExpiresAt: exp, Claim: newClaim(token, exp)}, nil
 		}
@@ -257,7 +261,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				AND (locked_until IS NULL OR locked_until <= $6)`
 		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover, req.Scope)
 		if err != nil {
-			return Begin{}, internalf("take over idempotency key: %w", err)
+			return Begin{}, s.lostClaim(ctx, req, token, internalf("take over idempotency key: %w", err))
 		}
 		if tag.RowsAffected() == 0 {
 			continue // someone else took it: read again (and most likely find it in use)
@@ -273,6 +277,21 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 	}
 	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
+}
+
+// lostClaim handles a claiming statement that failed: it may have
+// committed and lost only its answer with its connection, leaving the key
+// leased to token, which nobody holds. The lease is given up again (on a
+// live connection, see execKeyWrite) so the retry resumes at once rather
+// than in a lease's time. It returns err.
+func (s *Service) lostClaim(ctx context.Context, req IdempotencyRequest, token string, err error) error {
+	const q = `
+		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
+	if _, rerr := s.execKeyWrite(ctx, q, req.TenantID, req.Operation, req.Key, req.Scope, token, s.now()); rerr != nil {
+		s.logger.ErrorContext(ctx, "give up a claim whose answer was lost", "operation", req.Operation, "error", rerr)
+	}
+	return err
 }
 
 func reusedError(stored, presented map[string]string) *Error {
@@ -296,15 +315,21 @@ func reusedError(stored, presented map[string]string) *Error {
 var ErrLeaseLost = errors.New("idempotency lease lost to another request")
 
 // CompleteIdempotent stores the final response of claim's request and
-// marks the key completed.
+// marks the key completed. The write outlives ctx's cancellation and a
+// lost connection (execKeyWrite); should it still fail, the key is released
+// (ReleaseIdempotent) so the retry resumes at once. Errors: ErrLeaseLost,
+// internal.
 func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID string, res StoredResponse) error {
 	const q = `
 		UPDATE idempotency_keys SET status = 'completed', response_status = $6, response_headers = $7,
 			response_body = $8, payment_id = nullif($9, ''), recovery_point = 'finished',
 			lock_token = NULL, locked_until = NULL, updated_at = $10
 		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
-	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
+	tag, err := s.execKeyWrite(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
 	if err != nil {
+		if rerr := s.ReleaseIdempotent(ctx, c); rerr != nil {
+			s.logger.ErrorContext(ctx, "release idempotency key", "operation", c.Operation, "error", rerr)
+		}
 		return internalf("complete idempotency key: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
@@ -321,15 +346,83 @@ func (s *Service) completed(c *Claim, res StoredResponse) {
 }
 
 // ReleaseIdempotent gives claim's lease up without storing a response (5xx
-// and unknown outcomes), so the next retry resumes at once.
+// and unknown outcomes), so the next retry resumes at once. It outlives
+// ctx's cancellation and a lost connection (execKeyWrite).
 func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
 	const q = `
 		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
 		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
-	if _, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, s.now()); err != nil {
+	if _, err := s.execKeyWrite(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, s.now()); err != nil {
 		return internalf("release idempotency key: %w", err)
 	}
 	return nil
+}
+
+// Writes that free or complete a key run detached from the request, a
+// few times, each on a connection that just answered.
+const (
+	// keyWriteTries is how many times execKeyWrite tries.
+	keyWriteTries = 3
+	// keyWriteBackoff is the wait before the second try, doubled before
+	// each later one.
+	keyWriteBackoff = 100 * time.Millisecond
+	// keyWriteTimeout bounds execKeyWrite as a whole.
+	keyWriteTimeout = 5 * time.Second
+)
+
+// execKeyWrite runs one statement that frees or completes a key's lease,
+// which must not be lost with the connection that served the request:
+// left undone, every retry of the key is idempotency_key_in_use until the
+// lease runs out. It runs detached from ctx's cancellation (a client that
+// went away or an execution that timed out must still free its key),
+// within keyWriteTimeout, up to keyWriteTries times, each on a connection
+// that has just answered a ping: a backend terminated under a request
+// (57P01, a failover) seldom dies alone, and the pool would hand out its
+// idle siblings, dead too, without checking them. The statements are
+// conditional on the lease token, so running one again is harmless.
+func (s *Service) execKeyWrite(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyWriteTimeout)
+	defer cancel()
+	var err error
+	for try := range keyWriteTries {
+		if try > 0 {
+			t := time.NewTimer(keyWriteBackoff << (try - 1))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return pgconn.CommandTag{}, errors.Join(err, ctx.Err())
+			}
+		}
+		var tag pgconn.CommandTag
+		if tag, err = s.execOnLiveConn(ctx, sql, args...); err == nil {
+			return tag, nil
+		}
+	}
+	return pgconn.CommandTag{}, err
+}
+
+// execOnLiveConn runs sql on a pooled connection that answers a ping. A
+// dead one fails its ping, is closed by the failure and destroyed on
+// release; after as many as the pool holds, the pool opens a new one.
+func (s *Service) execOnLiveConn(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	for range s.pool.Stat().MaxConns() + 1 {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		if err := conn.Ping(ctx); err != nil {
+			conn.Release()
+			if ctx.Err() != nil {
+				return pgconn.CommandTag{}, err
+			}
+			continue
+		}
+		tag, err := conn.Exec(ctx, sql, args...)
+		conn.Release()
+		return tag, err
+	}
+	return pgconn.CommandTag{}, errors.New("no database connection answered")
 }
 
 // checkpoint records the step claim's request reached, in tx (so it lands
