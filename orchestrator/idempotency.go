@@ -205,7 +205,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			continue // inserted by another request after our snapshot: read again
 		}
 		if err != nil {
-			return Begin{}, s.lostClaim(ctx, req, token, internalf("claim idempotency key: %w", err))
+			return Begin{}, s.lostClaim(ctx, req, token, err, internalf("claim idempotency key: %w", err))
 		}
 		if claimed {
 			return Begin{ExpiresAt: k.ExpiresAt, Claim: newClaim(token, k.ExpiresAt)}, nil
@@ -232,7 +232,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				continue
 			}
 			if err != nil {
-				return Begin{}, s.lostClaim(ctx, req, token, internalf("renew idempotency key: %w", err))
+				return Begin{}, s.lostClaim(ctx, req, token, err, internalf("renew idempotency key: %w", err))
 			}
 			return Begin{ExpiresAt: exp, Claim: newClaim(token, exp)}, nil
 		}
@@ -261,7 +261,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 				AND (locked_until IS NULL OR locked_until <= $6)`
 		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover, req.Scope)
 		if err != nil {
-			return Begin{}, s.lostClaim(ctx, req, token, internalf("take over idempotency key: %w", err))
+			return Begin{}, s.lostClaim(ctx, req, token, err, internalf("take over idempotency key: %w", err))
 		}
 		if tag.RowsAffected() == 0 {
 			continue // someone else took it: read again (and most likely find it in use)
@@ -279,12 +279,16 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
 }
 
-// lostClaim handles a claiming statement that failed: it may have
-// committed and lost only its answer with its connection, leaving the key
-// leased to token, which nobody holds. The lease is given up again (on a
-// live connection, see execKeyWrite) so the retry resumes at once rather
-// than in a lease's time. It returns err.
-func (s *Service) lostClaim(ctx context.Context, req IdempotencyRequest, token string, err error) error {
+// lostClaim handles a claiming statement that failed with stmtErr: unless
+// it surely did not commit, it may have committed and lost only its answer
+// with its connection, leaving the key leased to token, which nobody
+// holds. The lease is then given up again (on a live connection, see
+// execKeyWrite) so the retry resumes at once rather than in a lease's
+// time. It returns err.
+func (s *Service) lostClaim(ctx context.Context, req IdempotencyRequest, token string, stmtErr, err error) error {
+	if !commitUnknown(stmtErr) {
+		return err
+	}
 	const q = `
 		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
 		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
@@ -358,6 +362,25 @@ func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
 	return nil
 }
 
+// commitUnknown reports whether a single statement that failed with err
+// may still have committed: its connection broke after it was sent and
+// before its answer came. Not when nothing was sent (pgconn.SafeToRetry),
+// nor when the server answered with an error (the statement rolled back).
+func commitUnknown(err error) bool {
+	var pgErr *pgconn.PgError
+	return !pgconn.SafeToRetry(err) && !errors.As(err, &pgErr)
+}
+
+// brokenConn reports whether err may be the connection's fault rather
+// than the statement's, so the statement is worth running again on
+// another: anything but an error the server raised for the statement
+// (FATAL ones, such as 57P01 for a terminated backend, end the
+// connection and count as its fault).
+func brokenConn(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) || pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+}
+
 // Writes that free or complete a key run detached from the request, a
 // few times, each on a connection that just answered.
 const (
@@ -378,7 +401,8 @@ const (
 // within keyWriteTimeout, up to keyWriteTries times, each on a connection
 // that has just answered a ping: a backend terminated under a request
 // (57P01, a failover) seldom dies alone, and the pool would hand out its
-// idle siblings, dead too, without checking them. The statements are
+// idle siblings, dead too, without checking them. Only failures that may
+// be the connection's are tried again (brokenConn); the statements are
 // conditional on the lease token, so running one again is harmless.
 func (s *Service) execKeyWrite(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyWriteTimeout)
@@ -395,8 +419,8 @@ func (s *Service) execKeyWrite(ctx context.Context, sql string, args ...any) (pg
 			}
 		}
 		var tag pgconn.CommandTag
-		if tag, err = s.execOnLiveConn(ctx, sql, args...); err == nil {
-			return tag, nil
+		if tag, err = s.execOnLiveConn(ctx, sql, args...); err == nil || !brokenConn(err) {
+			return tag, err
 		}
 	}
 	return pgconn.CommandTag{}, err
