@@ -269,8 +269,9 @@ type oneShot struct {
 	close  func()
 }
 
-// openOneShot sets up telemetry, the database pool and the providers; close
-// releases them in reverse order.
+// openOneShot checks cfg as the command runs it (PAYORCH_ENVIRONMENT
+// resolved: no fake in production), then sets up telemetry, the database
+// pool and the providers; close releases them in reverse order.
 func openOneShot(ctx context.Context, cfg config) (*oneShot, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
