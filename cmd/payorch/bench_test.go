@@ -166,7 +166,7 @@ func (e *benchEnv) startServe(b *testing.B) {
 	l.Close()
 	cmd := e.command(bin, "serve", "--listen", addr)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + e.dbURL,
-		"PAYORCH_LOG_LEVEL=warn", "PAYORCH_RATE_LIMIT=0"}
+		"PAYORCH_LOG_LEVEL=warn", "PAYORCH_RATE_LIMIT=0", "PAYORCH_ENVIRONMENT=test"}
 	if addr := os.Getenv("PAYORCH_DEBUG_LISTEN"); addr != "" {
 		// Profile the server under load: go tool pprof http://ADDR/debug/pprof/profile
 		cmd.Env = append(cmd.Env, "PAYORCH_DEBUG_LISTEN="+addr)

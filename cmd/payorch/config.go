@@ -72,9 +72,20 @@ type config struct {
 	// keys `serve` and `dev` keep in memory to answer replays; 0 turns it
 	// off.
 	ReplayCache int
+	// Environment (PAYORCH_ENVIRONMENT) says what this deployment is:
+	// production, development or test. Unset, each command picks (run):
+	// development for `dev`, production for every other. In production the
+	// fake provider is not offered at all: it can be neither the default
+	// provider nor reached at PAYORCH_FAKE_URL.
+	Environment string
 	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL;
-	// empty means run one embedded in this process.
+	// empty means run one embedded in this process (outside production).
 	FakeURL string
+	// FakeToken (PAYORCH_FAKE_TOKEN) is the fake provider's bearer secret:
+	// the one the standalone fake at FakeURL was started with (required
+	// with FakeURL), the default of `fakeprovider --admin-token`, and the
+	// embedded fake's token when set (else each start generates one).
+	FakeToken string
 	// FakeState (PAYORCH_FAKE_STATE) is the file the embedded fake provider
 	// keeps its state in across restarts; empty means memory only. `dev`
 	// defaults it to DataDir/fake-provider.json, `serve` leaves it empty.
@@ -237,7 +248,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_RESOLVER_INTERVAL", &c.ResolverInterval)
 	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
+	str("PAYORCH_ENVIRONMENT", &c.Environment)
 	str("PAYORCH_FAKE_URL", &c.FakeURL)
+	str("PAYORCH_FAKE_TOKEN", &c.FakeToken)
 	str("PAYORCH_FAKE_STATE", &c.FakeState)
 	str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
 	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
@@ -295,6 +308,9 @@ func (c config) validate() error {
 	case c.StripeTimeout <= 0:
 		return errors.New("STRIPE_TIMEOUT: must be positive")
 	}
+	if err := c.validateFake(); err != nil {
+		return err
+	}
 	if _, err := time.LoadLocation(c.ReconcileTZ); err != nil {
 		return fmt.Errorf("PAYORCH_RECONCILE_TZ: %q is not an IANA time zone", c.ReconcileTZ)
 	}
@@ -341,6 +357,54 @@ func (c config) publicURL() (*url.URL, error) {
 		return nil, fmt.Errorf("PAYORCH_PUBLIC_URL: %q is not an absolute http(s) URL such as https://pay.example.com", c.PublicURL)
 	}
 	return u, nil
+}
+
+// Deployment environments (PAYORCH_ENVIRONMENT).
+const (
+	envProduction  = "production"
+	envDevelopment = "development"
+	envTest        = "test"
+)
+
+// commandEnvironment is the environment cmd runs in when
+// PAYORCH_ENVIRONMENT is unset: development for `dev`, which is nothing
+// else, and production for the rest, so that a real deployment never runs
+// on the fake by accident.
+func commandEnvironment(cmd string) string {
+	if cmd == "dev" {
+		return envDevelopment
+	}
+	return envProduction
+}
+
+// validateFake checks the environment and the fake provider's settings.
+// The fake moves no money: in production it is refused outright (the
+// checks need Environment resolved, as run does before any command).
+func (c config) validateFake() error {
+	switch c.Environment {
+	case "", envProduction, envDevelopment, envTest:
+	default:
+		return fmt.Errorf("PAYORCH_ENVIRONMENT: %q is not production, development or test", c.Environment)
+	}
+	if c.FakeURL != "" && c.FakeToken == "" {
+		return errors.New("PAYORCH_FAKE_TOKEN: required with PAYORCH_FAKE_URL: the token the standalone fake provider was started with (payorch fakeprovider --admin-token)")
+	}
+	if strings.ContainsAny(c.FakeToken, " \t\r\n") {
+		return errors.New("PAYORCH_FAKE_TOKEN: must not contain white space")
+	}
+	if c.Environment != envProduction {
+		return nil
+	}
+	switch {
+	case c.DefaultProvider == "fake":
+		return errors.New("PAYORCH_DEFAULT_PROVIDER is fake, a provider for development and tests, and PAYORCH_ENVIRONMENT is production " +
+			"(the default of every command but dev): set PAYORCH_DEFAULT_PROVIDER=stripe with STRIPE_SECRET_KEY, " +
+			"or PAYORCH_ENVIRONMENT=development or test if this deployment is not production")
+	case c.FakeURL != "":
+		return errors.New("PAYORCH_FAKE_URL is set and PAYORCH_ENVIRONMENT is production: the fake provider is for development and tests; " +
+			"unset PAYORCH_FAKE_URL, or set PAYORCH_ENVIRONMENT=development or test")
+	}
+	return nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

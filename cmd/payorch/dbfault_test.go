@@ -19,7 +19,8 @@ import (
 // retries its key until it gets an answer. Afterwards: every request got
 // its 201 (nothing lost), every key made exactly one provider hold and one
 // payment, and every replay is byte-identical to the answer the client
-// kept. The server is never restarted.
+// kept. The server is never restarted. The clients keep sending new keys
+// until the disruptions are over, so the last one meets traffic too.
 func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 	t.Parallel()
 	cluster := pgtest.NewCluster(t)
@@ -32,31 +33,42 @@ func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 	body := `{"amount_minor":2500,"currency":"EUR"}`
 
 	const workers, perWorker = 8, 12
-	type ack struct {
-		key  string
-		body []byte
-	}
-	acks := make(chan ack, workers*perWorker)
-	lost := make(chan string, workers*perWorker)
+	var (
+		mu   sync.Mutex
+		got  = map[string][]byte{} // acknowledged answers by key
+		lost []string
+	)
 	stop := make(chan struct{})
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
 	var retries atomic.Int64
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range perWorker {
+			for j := 0; j < perWorker || !stopped(); j++ {
 				key := fmt.Sprintf("dbfault-%d-%d", i, j)
 				deadline := time.Now().Add(60 * time.Second)
 				for {
 					a := authorize(srv.base, w.key, key, body)
 					if a.err == nil && a.status == 201 {
-						acks <- ack{key, a.body}
+						mu.Lock()
+						got[key] = a.body
+						mu.Unlock()
 						break
 					}
 					retries.Add(1)
 					if time.Now().After(deadline) {
-						lost <- fmt.Sprintf("%s: last answer %d %s %v", key, a.status, a.body, a.err)
+						mu.Lock()
+						lost = append(lost, fmt.Sprintf("%s: last answer %d %s %v", key, a.status, a.body, a.err))
+						mu.Unlock()
 						break
 					}
 					time.Sleep(50 * time.Millisecond)
@@ -90,26 +102,21 @@ func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		disrupted <- cluster.Restart(ctx, true)
 	}()
-	if err := <-disrupted; err != nil {
+	err := <-disrupted
+	close(stop)
+	wg.Wait()
+	if err != nil {
 		t.Fatalf("disruption: %v", err)
 	}
-	wg.Wait()
-	close(stop)
-	close(acks)
-	close(lost)
-	for l := range lost {
+	for _, l := range lost {
 		t.Errorf("lost: %s", l)
 	}
 	if retries.Load() == 0 {
 		t.Fatal("no request ever failed: the disruptions missed the traffic, so this run proves nothing")
 	}
 	t.Logf("%d failed attempts retried", retries.Load())
-	got := map[string][]byte{}
-	for a := range acks {
-		got[a.key] = a.body
-	}
-	if len(got) != workers*perWorker {
-		t.Fatalf("%d of %d requests acknowledged", len(got), workers*perWorker)
+	if len(got) < workers*perWorker {
+		t.Fatalf("%d requests acknowledged, want every worker's %d at least", len(got), perWorker)
 	}
 	for key, first := range got {
 		if ops := w.providerAuthorizations(t, key); len(ops) != 1 {
@@ -120,8 +127,8 @@ func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 			t.Errorf("%s: replay %d replayed=%v differs from the acknowledged answer:\n%s\n%s", key, a.status, a.replayed, a.body, first)
 		}
 	}
-	if n := w.count(t, `SELECT count(*) FROM payments`); n != workers*perWorker {
-		t.Errorf("%d payments, want %d", n, workers*perWorker)
+	if n := w.count(t, `SELECT count(*) FROM payments`); n != len(got) {
+		t.Errorf("%d payments, want one per acknowledged key (%d)", n, len(got))
 	}
 	if n := w.count(t, `SELECT count(*) FROM payments WHERE status <> 'authorized'`); n != 0 {
 		t.Errorf("%d payments not authorized", n)

@@ -39,7 +39,7 @@ Usage:
   payorch reconcile [--provider P] [--date YYYY-MM-DD] [--json]
                                                    reconcile one business day now
   payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
-  payorch fakeprovider [--listen ADDR] [--hold-lifetime D] [--state FILE]
+  payorch fakeprovider [--listen ADDR] [--admin-token T] [--hold-lifetime D] [--state FILE]
                                                    run the fake provider standalone
   payorch version
 
@@ -74,6 +74,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return err
 	}
 	cmd, rest := args[0], args[1:]
+	if cfg.Environment == "" {
+		cfg.Environment = commandEnvironment(cmd)
+	}
 	switch cmd {
 	case "serve":
 		return cmdServe(ctx, cfg, rest)

@@ -344,7 +344,8 @@ func TestStripeProviderIsWiredFromTheEnvironment(t *testing.T) {
 		})
 	}
 	cfg, err := loadConfig(envOf(map[string]string{"STRIPE_SECRET_KEY": "sk_test_123", "STRIPE_API_BASE": "http://127.0.0.1:9",
-		"PAYORCH_FAKE_URL": "http://127.0.0.1:9", "PAYORCH_DEFAULT_PROVIDER": "stripe"}))
+		"PAYORCH_FAKE_URL": "http://127.0.0.1:9", "PAYORCH_FAKE_TOKEN": "t", "PAYORCH_DEFAULT_PROVIDER": "stripe",
+		"PAYORCH_ENVIRONMENT": "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,13 +61,14 @@ type server struct {
 	logs *testkit.SyncBuffer
 }
 
-// startServe runs `payorch serve` with env on a free loopback port and
-// waits until /readyz answers 200.
+// startServe runs `payorch serve` with env on a free loopback port, as a
+// test deployment (PAYORCH_ENVIRONMENT=test, unless env says otherwise),
+// and waits until /readyz answers 200.
 func startServe(t *testing.T, env map[string]string) *server {
 	t.Helper()
 	port := freePort(t)
 	cmd := exec.Command(payorchBinary(t), "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PAYORCH_LOG_LEVEL=info", "PAYORCH_RATE_LIMIT=0"}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PAYORCH_LOG_LEVEL=info", "PAYORCH_RATE_LIMIT=0", "PAYORCH_ENVIRONMENT=test"}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -158,7 +159,8 @@ func newWorld(t *testing.T, dbURL string) *world {
 }
 
 func (w *world) env(extra map[string]string) map[string]string {
-	env := map[string]string{"DATABASE_URL": w.dbURL, "PAYORCH_FAKE_URL": w.fake.URL(), "PAYORCH_RESOLVER_INTERVAL": "0"}
+	env := map[string]string{"DATABASE_URL": w.dbURL, "PAYORCH_FAKE_URL": w.fake.URL(), "PAYORCH_FAKE_TOKEN": w.fake.Token(),
+		"PAYORCH_ENVIRONMENT": "test", "PAYORCH_RESOLVER_INTERVAL": "0"}
 	for k, v := range extra {
 		env[k] = v
 	}

@@ -13,9 +13,12 @@ import (
 )
 
 // startProviders returns the configured providers by name and a function
-// that stops whatever was started for them (the embedded fake, which keeps
-// its state in cfg.FakeState when that is set). Their HTTP requests carry
-// the trace context of the call they belong to.
+// that stops whatever was started for them. Outside production that
+// includes the fake: the standalone one at cfg.FakeURL (with
+// cfg.FakeToken), or one embedded on loopback, keeping its state in
+// cfg.FakeState when that is set, whose token (cfg.FakeToken, or one
+// generated for this start) only this process's client knows. Their HTTP
+// requests carry the trace context of the call they belong to.
 func startProviders(cfg config, logger *slog.Logger, tel *telemetry) (map[string]providers.Provider, func(context.Context), error) {
 	hc := &http.Client{Transport: tel.transport(&http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -23,18 +26,26 @@ func startProviders(cfg config, logger *slog.Logger, tel *telemetry) (map[string
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	})}
-	url := cfg.FakeURL
 	stop := func(context.Context) {}
-	if url == "" {
-		r, err := fake.Start("127.0.0.1:0", fake.Config{Logger: logger.With("component", "fakeprovider"), StateFile: cfg.FakeState})
-		if err != nil {
-			return nil, nil, err
+	provs := map[string]providers.Provider{}
+	if cfg.Environment != envProduction {
+		url, token := cfg.FakeURL, cfg.FakeToken
+		if url == "" {
+			r, err := fake.Start("127.0.0.1:0", fake.Config{Logger: logger.With("component", "fakeprovider"),
+				StateFile: cfg.FakeState, Token: token})
+			if err != nil {
+				return nil, nil, err
+			}
+			tokenFrom := "generated for this start"
+			if token != "" {
+				tokenFrom = "PAYORCH_FAKE_TOKEN"
+			}
+			url, token = r.URL(), r.Token()
+			logger.Info("embedded fake provider", "url", url, "state_file", cfg.FakeState, "token", tokenFrom)
+			stop = func(ctx context.Context) { _ = r.Shutdown(ctx) }
 		}
-		url = r.URL()
-		logger.Info("embedded fake provider", "url", url, "state_file", cfg.FakeState)
-		stop = func(ctx context.Context) { _ = r.Shutdown(ctx) }
+		provs["fake"] = fake.NewClient(url, hc).WithToken(token)
 	}
-	provs := map[string]providers.Provider{"fake": fake.NewClient(url, hc)}
 	if cfg.StripeSecretKey != "" {
 		sc, err := stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, APIBase: cfg.StripeAPIBase, Timeout: cfg.StripeTimeout,
 			HTTPClient: &http.Client{Transport: hc.Transport, Timeout: cfg.StripeTimeout}})

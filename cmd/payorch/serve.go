@@ -221,7 +221,7 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	if cfg.FakeURL == "" {
+	if cfg.FakeURL == "" && cfg.Environment != envProduction {
 		return errors.New("resolve: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
 	}
 	o, err := openOneShot(ctx, cfg)
@@ -239,12 +239,16 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	fs := newFlagSet("fakeprovider")
 	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on")
+	token := fs.String("admin-token", cfg.FakeToken, "bearer secret every request must carry (default PAYORCH_FAKE_TOKEN, which does not show in ps)")
 	holdLifetime := fs.Duration("hold-lifetime", fake.DefaultHoldLifetime, "how long holds can be captured")
 	state := fs.String("state", "", "file to keep the state in across restarts (default: memory only)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state})
+	if *token == "" {
+		return usageError{"fakeprovider: set PAYORCH_FAKE_TOKEN (or --admin-token) to the bearer secret its clients send, e.g. $(openssl rand -hex 32); payorch finds it in PAYORCH_FAKE_TOKEN too"}
+	}
+	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token})
 }
 
 func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *reconcile.Reconciler {
@@ -304,9 +308,13 @@ type oneShot struct {
 	close  func()
 }
 
-// openOneShot sets up telemetry, the database pool and the providers; close
-// releases them in reverse order.
+// openOneShot checks cfg as the command runs it (PAYORCH_ENVIRONMENT
+// resolved: no fake in production), then sets up telemetry, the database
+// pool and the providers; close releases them in reverse order.
 func openOneShot(ctx context.Context, cfg config) (*oneShot, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	o := &oneShot{logger: newLogger(cfg)}
 	tel, err := startTelemetry(ctx, cfg, o.logger)
 	if err != nil {

@@ -43,6 +43,7 @@ func isTimeout(err error) bool {
 // statusError classifies an answer with a non-2xx status and its body:
 //
 //	402                      KindDeclined, the decline code
+//	401 (token missing)      KindNotExecuted provider_unavailable
 //	409 (key in use), 429    KindNotExecuted
 //	503 provider_unavailable KindNotExecuted (the fake guarantees it ran nothing)
 //	other 5xx, 1xx, 3xx      KindUnknown
@@ -65,6 +66,10 @@ func statusError(op Op, status int, body []byte) *providers.Error {
 		if code == "" {
 			code = providers.CodeIdempotencyKeyInUse
 		}
+	case status == http.StatusUnauthorized:
+		// The fake refused before doing anything: a configuration error
+		// (PAYORCH_FAKE_TOKEN), never the payment's fault.
+		kind, code = providers.KindNotExecuted, providers.CodeProviderUnavailable
 	case status == http.StatusTooManyRequests:
 		kind, code = providers.KindNotExecuted, providers.CodeProviderUnavailable
 	case status == http.StatusServiceUnavailable && ae.Code == providers.CodeProviderUnavailable:

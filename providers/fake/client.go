@@ -29,8 +29,9 @@ const defaultResponseHeaderTimeout = 30 * time.Second
 // HTTP. Every error it returns is a *providers.Error (see the Provider
 // methods for the kinds); answers of the server carry an *APIError as Err.
 type Client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
 }
 
 var _ providers.Provider = (*Client)(nil)
@@ -45,6 +46,14 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 		hc = &http.Client{Transport: t}
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+}
+
+// WithToken returns a copy of c that sends token as its bearer secret
+// (Config.Token of the server it talks to).
+func (c *Client) WithToken(token string) *Client {
+	cc := *c
+	cc.token = token
+	return &cc
 }
 
 // Name returns "fake".
@@ -266,6 +275,9 @@ func (c *Client) send(ctx context.Context, op Op, method, path, key, contentType
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "payorch-fake-client")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -1,8 +1,10 @@
 package fake
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -40,6 +42,12 @@ type Config struct {
 	// Armed faults are not kept. Every change writes the whole state, so
 	// this suits development, not load. Empty (the default): memory only.
 	StateFile string
+	// Token is the bearer secret every request must carry, admin and
+	// health check included (Authorization: Bearer <Token>); a request
+	// without it is a 401 and changes nothing. Empty (the default): a
+	// random one is generated (NewToken), read it back with Server.Token
+	// or Running.Token; Running.Client sends it.
+	Token string
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -56,6 +64,9 @@ func (c Config) withDefaults() Config {
 	if c.TimeoutHang == 0 {
 		c.TimeoutHang = DefaultTimeoutHang
 	}
+	if c.Token == "" {
+		c.Token = NewToken()
+	}
 	return c
 }
 
@@ -66,6 +77,9 @@ func (c Config) validate() error {
 	}
 	if c.TimeoutHang < 0 {
 		return fmt.Errorf("fake: Config.TimeoutHang must not be negative, got %s", c.TimeoutHang)
+	}
+	if strings.ContainsAny(c.Token, " \t\r\n") {
+		return errors.New("fake: Config.Token must not contain white space")
 	}
 	return nil
 }

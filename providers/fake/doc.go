@@ -35,7 +35,18 @@
 // 409 idempotency_key_in_use. Answers are stored once the operation has
 // executed, business refusals (decline, state_conflict, amount_too_large,
 // hold_expired, resource_missing) included; validation errors are not.
-// Admin endpoints need no key.
+// Admin endpoints need no Idempotency-Key.
+//
+// # Authentication
+//
+// Every request, to every endpoint (the admin API and /healthz included),
+// carries "Authorization: Bearer <token>", the server's Config.Token: one
+// given (`payorch fakeprovider --admin-token`, PAYORCH_FAKE_TOKEN) or, when
+// empty, a random one generated at start (Server.Token, Running.Token;
+// Running.Client sends it). The token is compared in constant time;
+// without it the answer is 401 unauthorized and nothing changes, so no
+// other local process, and no page in a browser, can arm faults, seed
+// rows or move holds.
 //
 // Request bodies are JSON (Content-Type application/json), at most 64 KiB,
 // decoded strictly: unknown fields and trailing data are a 400.
@@ -54,10 +65,10 @@
 // # Errors
 //
 // Errors are {"error":{"type","code","message","param","hold"}} with 400
-// (invalid request or business refusal), 402 (declined; "hold" carries the
-// declined hold), 404 (resource_missing), 409 (idempotency_key_in_use),
-// 413 (body too large), 415 (not JSON) and 503 provider_unavailable (a
-// fault that ran nothing).
+// (invalid request or business refusal), 401 (unauthorized: no token),
+// 402 (declined; "hold" carries the declined hold), 404
+// (resource_missing), 409 (idempotency_key_in_use), 413 (body too large),
+// 415 (not JSON) and 503 provider_unavailable (a fault that ran nothing).
 //
 // # Payment methods
 //

@@ -36,9 +36,16 @@ func TestProvider(t *testing.T) {
 	})
 }
 
-// start runs a fake on loopback for the test and returns it with a client.
+// testToken is the bearer token of the fakes start runs, which do sends.
+const testToken = "fake-test-token"
+
+// start runs a fake on loopback for the test (with testToken unless cfg
+// names a token) and returns it with a client that sends the token.
 func start(t *testing.T, cfg fake.Config) (*fake.Running, *fake.Client) {
 	t.Helper()
+	if cfg.Token == "" {
+		cfg.Token = testToken
+	}
 	r, err := fake.Start("", cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -121,7 +128,8 @@ type rawResponse struct {
 	body   []byte
 }
 
-// do sends a raw request to the fake.
+// do sends a raw request to the fake, with testToken unless header has
+// an Authorization of its own.
 func do(t *testing.T, method, url string, header map[string]string, body []byte) rawResponse {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
@@ -131,6 +139,7 @@ func do(t *testing.T, method, url string, header map[string]string, body []byte)
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}

@@ -66,8 +66,14 @@ func (r *Running) URL() string { return r.url }
 // Server is the running Server, for in-process seeding, faults and drift.
 func (r *Running) Server() *Server { return r.server }
 
-// Client returns a Client for this server using hc (see NewClient).
-func (r *Running) Client(hc *http.Client) *Client { return NewClient(r.url, hc) }
+// Token is the bearer token the server requires (Server.Token).
+func (r *Running) Token() string { return r.server.Token() }
+
+// Client returns a Client for this server using hc (see NewClient), sending
+// its token.
+func (r *Running) Client(hc *http.Client) *Client {
+	return NewClient(r.url, hc).WithToken(r.server.Token())
+}
 
 // Shutdown stops accepting connections, wakes requests held open by faults
 // and waits for in-flight requests until ctx is done. It may be called more

@@ -24,9 +24,9 @@ func TestListenAndServeStopsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	served := make(chan error, 1)
-	go func() { served <- fake.ListenAndServe(ctx, addr, fake.Config{}) }()
+	go func() { served <- fake.ListenAndServe(ctx, addr, fake.Config{Token: testToken}) }()
 
-	c := fake.NewClient("http://"+addr, nil)
+	c := fake.NewClient("http://"+addr, nil).WithToken(testToken)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := c.Lookup(t.Context(), "fh_x")
@@ -106,9 +106,7 @@ func TestStartRefusesBadConfigAndBusyAddress(t *testing.T) {
 	if _, err := fake.Start(strings.TrimPrefix(r.URL(), "http://"), fake.Config{}); err == nil {
 		t.Error("Start on a busy address succeeded")
 	}
-	resp, err := http.Get(r.URL() + "/healthz")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz: %v", err)
+	if got := do(t, http.MethodGet, r.URL()+"/healthz", nil, nil); got.status != http.StatusOK {
+		t.Fatalf("healthz: %d %s", got.status, got.body)
 	}
-	resp.Body.Close()
 }

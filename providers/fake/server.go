@@ -3,6 +3,7 @@ package fake
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,11 +19,13 @@ import (
 // memory (and in Config.StateFile, when set) and is safe for concurrent use. It implements http.Handler; serve
 // it with Start, ListenAndServe or any http.Server.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	mux  *http.ServeMux
-	done chan struct{}
-	once sync.Once
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	// tokenHash is the SHA-256 of cfg.Token, which every request carries.
+	tokenHash [sha256.Size]byte
+	done      chan struct{}
+	once      sync.Once
 
 	faults faultSet
 
@@ -63,6 +66,7 @@ func newServer(cfg Config) (*Server, error) {
 		refunds: make(map[string]*refund),
 		keys:    make(map[string]*keyEntry),
 	}
+	s.tokenHash = sha256.Sum256([]byte(cfg.Token))
 	s.routes()
 	if cfg.StateFile != "" {
 		if err := s.loadState(); err != nil {
@@ -98,10 +102,19 @@ func (s *Server) routes() {
 	})
 }
 
-// ServeHTTP serves the fake provider's API.
+// ServeHTTP serves the fake provider's API to requests that carry its
+// token; any other is a 401 and changes nothing.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		unauthorized(w)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
+
+// Token is the bearer token every request must carry: Config.Token, or
+// the one generated when that was empty.
+func (s *Server) Token() string { return s.cfg.Token }
 
 // Close wakes every request held open by a latency or timeout_after_execute
 // fault, so an http.Server can shut down promptly. The Server keeps
