@@ -31,7 +31,7 @@ import (
 func BenchmarkReconcileDay(b *testing.B) {
 	const n = 1_000_000
 	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
-	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}))
+	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}).WithToken(benchFakeToken))
 	phases := &phaseRecorder{}
 	e.rec = reconcile.New(reconcile.Config{Pool: e.svc.Pool(), Providers: map[string]providers.Provider{"fake": e.fc},
 		Clock: clk.Now, Logger: slog.New(phases)})
@@ -95,8 +95,12 @@ func (p *phaseRecorder) last() map[string]float64 {
 	return p.phases
 }
 
+// benchFakeToken is the bearer token the benchmark's fake provider is
+// started with.
+const benchFakeToken = "bench"
+
 // startFakeProcess builds payorch and runs `payorch fakeprovider` on a
-// loopback port; it returns the base URL.
+// loopback port, with benchFakeToken; it returns the base URL.
 func startFakeProcess(b *testing.B) string {
 	b.Helper()
 	dir := b.TempDir()
@@ -111,16 +115,20 @@ func startFakeProcess(b *testing.B) string {
 	addr := l.Addr().String()
 	l.Close()
 	cmd := exec.Command(bin, "fakeprovider", "--listen", addr)
-	cmd.Env = []string{"PAYORCH_LOG_LEVEL=error", "PATH=" + os.Getenv("PATH")}
+	cmd.Env = []string{"PAYORCH_LOG_LEVEL=error", "PAYORCH_FAKE_TOKEN=" + benchFakeToken, "PATH=" + os.Getenv("PATH")}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	url := "http://" + addr
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if res, err := http.Get(url + "/healthz"); err == nil {
+		req, _ := http.NewRequest(http.MethodGet, url+"/healthz", nil)
+		req.Header.Set("Authorization", "Bearer "+benchFakeToken)
+		if res, err := http.DefaultClient.Do(req); err == nil {
 			res.Body.Close()
-			return url
+			if res.StatusCode == http.StatusOK {
+				return url
+			}
 		}
 		if time.Now().After(deadline) {
 			b.Fatal("fake provider did not start")
