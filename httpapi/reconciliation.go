@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -18,9 +17,6 @@ const (
 	opStartRun = "POST /v1/reconciliation/runs"
 	opResolve  = "POST /v1/reconciliation/discrepancies/{id}/resolve"
 )
-
-// runTimeout bounds one reconciliation started over the API.
-const runTimeout = 30 * time.Minute
 
 type startRunRequest struct {
 	Provider string `json:"provider"`
@@ -35,7 +31,9 @@ func runLocation(id int64) string { return "/v1/reconciliation/runs/" + strconv.
 
 // startRun: POST /v1/reconciliation/runs (finance, admin). The run is
 // recorded at once and executed in the background: 202 with the run and
-// its Location, to poll until its status is succeeded or failed.
+// its Location, to poll until its status is succeeded or failed. The
+// Reconciler queues it behind the runs already executing and bounds its
+// work (reconcile.Config.RunTimeout).
 func (s *Server) startRun(c echo.Context) error {
 	var req startRunRequest
 	key, fp, err := keyedRequest(c, opStartRun, nil, &req)
@@ -59,8 +57,6 @@ func (s *Server) startRun(c echo.Context) error {
 			return result{}, err
 		}
 		s.background(func(ctx context.Context) {
-			ctx, cancel := context.WithTimeout(ctx, runTimeout)
-			defer cancel()
 			_, _ = s.rec.Execute(ctx, run) // the outcome is recorded on the run
 		})
 		return result{status: http.StatusAccepted, body: run, location: runLocation(run.ID)}, nil

@@ -139,3 +139,28 @@ func TestFinanceAPI(t *testing.T) {
 	}
 
 }
+
+// Reconciliation dates outside 2000-01-01..9999-12-31 are the client's
+// mistake (400 naming date), never a database error (500).
+func TestReconciliationDatesOutOfRangeAreRefused(t *testing.T) {
+	t.Parallel()
+	e := newMigratedEnv(t, httpapi.Config{})
+	fin := e.keys[orchestrator.RoleFinance]
+	for _, date := range []string{"0000-01-01", "0001-01-01", "1999-12-31"} {
+		res, b := e.do(t, "GET", "/v1/reconciliation/runs?date="+date, fin, nil, nil)
+		if p := wantProblem(t, res, b, 400, "validation_failed"); p.Param != "date" {
+			t.Errorf("GET date=%s: param %q, want date", date, p.Param)
+		}
+		res, b = e.post(t, "/v1/reconciliation/runs", fin, "date-"+date, `{"provider":"fake","date":"`+date+`"}`)
+		if p := wantProblem(t, res, b, 400, "validation_failed"); p.Param != "date" {
+			t.Errorf("POST date %s: param %q, want date", date, p.Param)
+		}
+	}
+	res, b := e.do(t, "GET", "/v1/reconciliation/runs?date=9999-12-31", fin, nil, nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("GET date=9999-12-31: %d %s", res.StatusCode, b)
+	}
+	if n := e.count(t, `SELECT count(*) FROM reconciliation_runs`); n != 0 {
+		t.Fatalf("%d runs recorded", n)
+	}
+}

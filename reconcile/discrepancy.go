@@ -129,6 +129,10 @@ func (r *Reconciler) discrepancyQuery(ctx context.Context, f DiscrepancyFilter, 
 	return q, args, nil
 }
 
+// csvAfterArg is the index of StartingAfter in discrepancyQuery's
+// arguments.
+const csvAfterArg = 4
+
 const discrepancyColsD = `d.id, d.run_id, d.category, d.tenant_id, d.payment_id, d.provider_ref, d.field, d.expected,
 	d.actual, d.currency, d.difference_minor, d.change, d.detail, d.created_at, d.resolved_at, d.resolved_by, d.resolution_note`
 
@@ -161,22 +165,23 @@ func (r *Reconciler) ListDiscrepancies(ctx context.Context, f DiscrepancyFilter)
 var CSVHeader = []string{"id", "run_id", "category", "tenant_id", "payment_id", "provider_ref", "field", "expected",
 	"actual", "currency", "difference_minor", "change", "created_at", "resolved_at", "resolved_by", "resolution_note"}
 
-// WriteCSV streams every discrepancy matching f as CSV to w, row by row.
+// csvPage is how many discrepancies one query of the CSV export reads.
+const csvPage = 1000
+
+// WriteCSV writes every discrepancy matching f as CSV to w. It reads them
+// in pages of csvPage by id, each in a short query whose connection goes
+// back to the pool before the page is written, so a client that reads
+// slowly (or not at all) holds no database connection.
 // Errors: not_found (run), validation_failed.
 func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFilter) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
 	f.StartingAfter = 0
-	q, args, err := r.discrepancyQuery(ctx, f, 0)
+	q, args, err := r.discrepancyQuery(ctx, f, csvPage)
 	if err != nil {
 		return err
 	}
-	rows, err := r.pool.Query(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("reconcile: csv: %w", err)
-	}
-	defer rows.Close()
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
@@ -187,32 +192,38 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 		}
 		return csvSafe(*p)
 	}
-	for rows.Next() {
-		d, err := scanDiscrepancy(rows)
+	for {
+		rows, _ := r.pool.Query(ctx, q, args...)
+		page, err := pgx.CollectRows(rows, scanDiscrepancy)
 		if err != nil {
+			return fmt.Errorf("reconcile: csv: %w", err)
+		}
+		for _, d := range page {
+			rec := []string{itoa(d.ID), itoa(d.RunID), d.Category, "", opt(d.PaymentID), opt(d.ProviderRef), d.Field,
+				csvSafe(d.Expected), csvSafe(d.Actual), d.Currency, "", d.Change, d.CreatedAt.Format(time.RFC3339), "",
+				opt(d.ResolvedBy), opt(d.ResolutionNote)}
+			if d.TenantID != nil {
+				rec[3] = itoa(*d.TenantID)
+			}
+			if d.DifferenceMinor != nil {
+				rec[10] = itoa(*d.DifferenceMinor)
+			}
+			if d.ResolvedAt != nil {
+				rec[13] = d.ResolvedAt.Format(time.RFC3339)
+			}
+			if err := cw.Write(rec); err != nil {
+				return err
+			}
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
 			return err
 		}
-		rec := []string{itoa(d.ID), itoa(d.RunID), d.Category, "", opt(d.PaymentID), opt(d.ProviderRef), d.Field,
-			csvSafe(d.Expected), csvSafe(d.Actual), d.Currency, "", d.Change, d.CreatedAt.Format(time.RFC3339), "",
-			opt(d.ResolvedBy), opt(d.ResolutionNote)}
-		if d.TenantID != nil {
-			rec[3] = itoa(*d.TenantID)
+		if len(page) < csvPage || len(args) == 0 {
+			return nil
 		}
-		if d.DifferenceMinor != nil {
-			rec[10] = itoa(*d.DifferenceMinor)
-		}
-		if d.ResolvedAt != nil {
-			rec[13] = d.ResolvedAt.Format(time.RFC3339)
-		}
-		if err := cw.Write(rec); err != nil {
-			return err
-		}
+		args[csvAfterArg] = page[len(page)-1].ID
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return err
-	}
-	return rows.Err()
 }
 
 // csvSafe defuses spreadsheet formula injection in free text (a resolution

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,11 +22,17 @@ const (
 	DuplicateAtProvider   = "duplicate_at_provider"
 	StuckPending          = "stuck_pending"
 	HoldExpiredUncaptured = "hold_expired_uncaptured"
+	// InvalidProviderRow is a row of the provider's record that cannot be
+	// compared (text that is not UTF-8 or holds a NUL byte, a negative
+	// amount, a currency that is no code, an impossible time): it is
+	// reported, with its reference made printable and the reason, instead
+	// of failing the day.
+	InvalidProviderRow = "invalid_provider_row"
 )
 
 // Categories lists every category, in the order reports show them.
 var Categories = []string{MissingAtProvider, MissingLocally, AmountMismatch, CurrencyMismatch, StatusMismatch,
-	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured}
+	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow}
 
 // local is a payment as the matcher sees it.
 type local struct {
@@ -52,11 +58,15 @@ type finding struct {
 	PaymentID, Ref                              *string
 	Difference                                  *int64
 	Detail                                      map[string]any
+	// subject, when set, names what the finding is about in its
+	// fingerprint instead of the payment id or reference.
+	subject string
 }
 
 func (f finding) fingerprint() string {
-	subject := ""
+	subject := f.subject
 	switch {
+	case subject != "":
 	case f.PaymentID != nil:
 		subject = *f.PaymentID
 	case f.Ref != nil:
@@ -70,8 +80,18 @@ type result struct {
 	LocalCount, ProviderCount, MatchedCount, DiscrepancyCount int64
 }
 
+// pairBatch is how many pairs one FETCH reads from the pairing cursor;
+// the findings they yield are stored between two FETCHes.
+const pairBatch = 5000
+
 // match loads the provider's record into staging, matches it to payments
-// in SQL, streams the pairs through the rules and stores the findings.
+// in SQL, pages the pairs through a cursor and the rules, and stores the
+// findings and the run's outcome.
+//
+// All of it happens on one connection of the back-office pool, and the run
+// never waits for a second connection while it holds one: runs cannot
+// deadlock the pool however many start at once. The findings commit in one
+// transaction with the run's success, so a failed run leaves none.
 func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	prov := r.providers[run.Provider]
 	if prov == nil {
@@ -88,19 +108,25 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		phases[name] = now.Sub(mark)
 		mark = now
 	}
-	if _, err := r.stage(ctx, prov, run.ID, gfrom, gto); err != nil {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return result{}, fmt.Errorf("acquire a connection: %w", err)
+	}
+	defer conn.Release()
+	staged, err := r.stage(ctx, conn.Conn(), prov, run.ID, from, to, gfrom, gto)
+	if err != nil {
 		return result{}, err
 	}
 	phase("stage")
 	// Match by the provider's reference, then by our payment id in its
 	// metadata for rows whose reference we never saw.
-	if _, err := r.pool.Exec(ctx, `
+	if _, err := conn.Exec(ctx, `
 		UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
 		FROM payments p
 		WHERE s.run_id = $1 AND p.provider_ref = s.ref AND p.provider = $2`, run.ID, run.Provider); err != nil {
 		return result{}, fmt.Errorf("match by reference: %w", err)
 	}
-	if _, err := r.pool.Exec(ctx, `
+	if _, err := conn.Exec(ctx, `
 		UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
 		FROM payments p
 		WHERE s.run_id = $1 AND s.matched_payment_id IS NULL AND s.payment_id <> '' AND p.id = s.payment_id
@@ -109,111 +135,28 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	}
 	phase("match")
 
-	q := `
-		WITH s AS (
-			SELECT * FROM reconciliation_provider_rows WHERE run_id = $1
-		), l AS (
-			SELECT tenant_id, id, status, currency, amount_minor, captured_minor, refunded_minor, provider_ref,
-				capture_before, created_at, updated_at
-			FROM payments
-			WHERE provider = $2 AND ((created_at >= $3 AND created_at < $4) OR (updated_at >= $3 AND updated_at < $4))
-			UNION
-			SELECT p.tenant_id, p.id, p.status, p.currency, p.amount_minor, p.captured_minor, p.refunded_minor,
-				p.provider_ref, p.capture_before, p.created_at, p.updated_at
-			FROM payments p JOIN s ON p.tenant_id = s.matched_tenant_id AND p.id = s.matched_payment_id
-		)
-		SELECT l.tenant_id, l.id, l.status, l.currency, l.amount_minor, l.captured_minor, l.refunded_minor,
-			l.provider_ref, l.capture_before, l.created_at, l.updated_at,
-			s.ref, s.payment_id, s.status, s.currency, s.amount_minor, s.captured_minor, s.refunded_minor,
-			s.created_at, s.updated_at
-		FROM l FULL JOIN s ON s.matched_tenant_id = l.tenant_id AND s.matched_payment_id = l.id
-		ORDER BY coalesce(l.tenant_id, -1), coalesce(l.id, s.ref), s.updated_at, s.seq`
-	rows, err := r.pool.Query(ctx, q, run.ID, run.Provider, gfrom, gto)
-	if err != nil {
-		return result{}, fmt.Errorf("pair: %w", err)
-	}
-	defer rows.Close()
-
 	st := newStats(from, to)
-	w := newFindingWriter(r, run.ID)
-	var (
-		cur     *local
-		group   []remote
-		flushed = func() error {
-			if cur == nil && len(group) == 0 {
-				return nil
+	st.providerCount += staged.invalidInWindow
+	var res result
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		w := newFindingWriter(r, tx, run.ID)
+		for _, f := range staged.invalid {
+			if err := w.add(ctx, f); err != nil {
+				return err
 			}
-			for _, f := range r.judge(cur, group, from, to) {
-				if err := w.add(ctx, f); err != nil {
-					return err
-				}
-			}
-			st.count(cur, group)
-			return nil
 		}
-	)
-	for rows.Next() {
-		var (
-			l                         local
-			lTenant                   *int64
-			lID, lStatus, lCur        *string
-			lAmt, lCap, lRefd         *int64
-			lCreated, lUpdated        *time.Time
-			sRef, sPay, sStatus, sCur *string
-			sAmt, sCap, sRefd         *int64
-			sCreated, sUpdated        *time.Time
-		)
-		if err := rows.Scan(&lTenant, &lID, &lStatus, &lCur, &lAmt, &lCap, &lRefd, &l.Ref, &l.CaptureBefore, &lCreated, &lUpdated,
-			&sRef, &sPay, &sStatus, &sCur, &sAmt, &sCap, &sRefd, &sCreated, &sUpdated); err != nil {
-			return result{}, fmt.Errorf("scan pair: %w", err)
+		if err := r.pair(ctx, tx, run, gfrom, gto, st, w); err != nil {
+			return err
 		}
-		var lp *local
-		if lID != nil {
-			l.TenantID, l.ID, l.Status, l.Currency = *lTenant, *lID, *lStatus, *lCur
-			l.Amount, l.Captured, l.Refunded = *lAmt, *lCap, *lRefd
-			l.CreatedAt, l.UpdatedAt = *lCreated, *lUpdated
-			lp = &l
+		if err := w.flush(ctx); err != nil {
+			return err
 		}
-		var rm *remote
-		if sRef != nil {
-			rm = &remote{Ref: *sRef, PaymentID: *sPay, Status: *sStatus, Currency: *sCur, Amount: *sAmt,
-				Captured: *sCap, Refunded: *sRefd, CreatedAt: *sCreated, UpdatedAt: *sUpdated}
-		}
-		// Rows of one payment arrive together; unmatched provider rows
-		// arrive alone, grouped by reference.
-		same := false
-		switch {
-		case lp != nil && cur != nil:
-			same = lp.TenantID == cur.TenantID && lp.ID == cur.ID
-		case lp == nil && cur == nil && rm != nil && len(group) > 0:
-			same = rm.Ref == group[0].Ref
-		}
-		if !same {
-			if err := flushed(); err != nil {
-				return result{}, err
-			}
-			cur, group = lp, nil
-		}
-		if rm != nil {
-			group = append(group, *rm)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return result{}, fmt.Errorf("pair: %w", err)
-	}
-	if err := flushed(); err != nil {
-		return result{}, err
-	}
-	if err := w.flush(ctx); err != nil {
-		return result{}, err
-	}
-	phase("pair_and_judge")
+		phase("pair_and_judge")
 
-	res := result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
-	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		res = result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
 		diff, err := carryOver(ctx, tx, run)
 		if err != nil {
-			return err
+			return fmt.Errorf("finish run: %w", err)
 		}
 		_, err = tx.Exec(ctx, `UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
 				local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,
@@ -221,13 +164,13 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 			WHERE id = $1`, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount, res.DiscrepancyCount,
 			st.totals, w.byCategory, diff)
 		if err != nil {
-			return err
+			return fmt.Errorf("finish run: %w", err)
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
 		return err
 	})
 	if err != nil {
-		return result{}, fmt.Errorf("finish run: %w", err)
+		return result{}, err
 	}
 	phase("finish")
 	attrs := []any{"run_id", run.ID}
@@ -238,50 +181,136 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	return res, nil
 }
 
-// stage streams the provider's record of [from, to) into
-// reconciliation_provider_rows with COPY, never holding it in memory.
-func (r *Reconciler) stage(ctx context.Context, prov providers.Provider, runID int64, from, to time.Time) (int64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rowsCh := make(chan providers.ReportRow, 1024)
-	errCh := make(chan error, 1)
-	go func() {
-		defer close(rowsCh)
-		errCh <- prov.Report(ctx, providers.ReportRequest{From: from, To: to}, func(row providers.ReportRow) error {
-			select {
-			case rowsCh <- row:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
+// pairQuery pairs each payment of the window (or matched by a provider
+// row) with the provider rows matched to it, and leaves unmatched provider
+// rows alone, ordered so that the rows of one payment (or of one unmatched
+// reference) come together.
+const pairQuery = `
+	WITH s AS (
+		SELECT * FROM reconciliation_provider_rows WHERE run_id = $1
+	), l AS (
+		SELECT tenant_id, id, status, currency, amount_minor, captured_minor, refunded_minor, provider_ref,
+			capture_before, created_at, updated_at
+		FROM payments
+		WHERE provider = $2 AND ((created_at >= $3 AND created_at < $4) OR (updated_at >= $3 AND updated_at < $4))
+		UNION
+		SELECT p.tenant_id, p.id, p.status, p.currency, p.amount_minor, p.captured_minor, p.refunded_minor,
+			p.provider_ref, p.capture_before, p.created_at, p.updated_at
+		FROM payments p JOIN s ON p.tenant_id = s.matched_tenant_id AND p.id = s.matched_payment_id
+	)
+	SELECT l.tenant_id, l.id, l.status, l.currency, l.amount_minor, l.captured_minor, l.refunded_minor,
+		l.provider_ref, l.capture_before, l.created_at, l.updated_at,
+		s.ref, s.payment_id, s.status, s.currency, s.amount_minor, s.captured_minor, s.refunded_minor,
+		s.created_at, s.updated_at
+	FROM l FULL JOIN s ON s.matched_tenant_id = l.tenant_id AND s.matched_payment_id = l.id
+	ORDER BY coalesce(l.tenant_id, -1), coalesce(l.id, s.ref), s.updated_at, s.seq`
+
+// pair reads the pairs through a server-side cursor in tx, pairBatch at a
+// time, judges them and hands the findings to w, which stores them on the
+// same connection between two FETCHes.
+func (r *Reconciler) pair(ctx context.Context, tx pgx.Tx, run Run, gfrom, gto time.Time, st *stats, w *findingWriter) error {
+	// The cursor is read to its end: plan for all rows, not the first.
+	if _, err := tx.Exec(ctx, `SET LOCAL cursor_tuple_fraction = 1`); err != nil {
+		return fmt.Errorf("pair: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DECLARE pairs NO SCROLL CURSOR FOR `+pairQuery, run.ID, run.Provider, gfrom, gto); err != nil {
+		return fmt.Errorf("pair: %w", err)
+	}
+	var (
+		cur   *local
+		group []remote
+		batch = make([]pairRow, 0, pairBatch)
+	)
+	judged := func() error {
+		if cur == nil && len(group) == 0 {
+			return nil
+		}
+		for _, f := range r.judge(cur, group, st.from, st.to) {
+			if err := w.add(ctx, f); err != nil {
+				return err
 			}
-		})
-	}()
-	var seq int64
-	var next providers.ReportRow
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		row, ok := <-rowsCh
-		if !ok {
-			return nil, nil
 		}
-		next = row
-		seq++
-		return []any{runID, seq, next.Ref, next.PaymentID, string(next.Status), next.AmountMinor, next.CapturedMinor,
-			next.RefundedMinor, strings.ToUpper(next.Currency), next.CreatedAt, next.UpdatedAt}, nil
-	})
-	n, copyErr := r.pool.CopyFrom(ctx, pgx.Identifier{"reconciliation_provider_rows"},
-		[]string{"run_id", "seq", "ref", "payment_id", "status", "amount_minor", "captured_minor", "refunded_minor",
-			"currency", "created_at", "updated_at"}, src)
-	if copyErr != nil {
-		cancel()
-		for range rowsCh { // let the reader finish
+		st.count(cur, group)
+		return nil
+	}
+	for {
+		batch = batch[:0]
+		rows, _ := tx.Query(ctx, `FETCH `+strconv.Itoa(pairBatch)+` FROM pairs`)
+		for rows.Next() {
+			p, err := scanPair(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("scan pair: %w", err)
+			}
+			batch = append(batch, p)
 		}
-		<-errCh
-		return 0, fmt.Errorf("stage provider rows: %w", copyErr)
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pair: %w", err)
+		}
+		for _, p := range batch {
+			// Rows of one payment arrive together; unmatched provider
+			// rows arrive alone, grouped by reference.
+			same := false
+			switch {
+			case p.l != nil && cur != nil:
+				same = p.l.TenantID == cur.TenantID && p.l.ID == cur.ID
+			case p.l == nil && cur == nil && p.r != nil && len(group) > 0:
+				same = p.r.Ref == group[0].Ref
+			}
+			if !same {
+				if err := judged(); err != nil {
+					return err
+				}
+				cur, group = p.l, nil
+			}
+			if p.r != nil {
+				group = append(group, *p.r)
+			}
+		}
+		if len(batch) < pairBatch {
+			break
+		}
 	}
-	if err := <-errCh; err != nil {
-		return 0, err
+	if err := judged(); err != nil {
+		return err
 	}
-	return n, nil
+	_, err := tx.Exec(ctx, `CLOSE pairs`)
+	return err
+}
+
+// pairRow is one row of pairQuery: a payment, a provider row, or both.
+type pairRow struct {
+	l *local
+	r *remote
+}
+
+func scanPair(rows pgx.Rows) (pairRow, error) {
+	var (
+		l                         local
+		lTenant                   *int64
+		lID, lStatus, lCur        *string
+		lAmt, lCap, lRefd         *int64
+		lCreated, lUpdated        *time.Time
+		sRef, sPay, sStatus, sCur *string
+		sAmt, sCap, sRefd         *int64
+		sCreated, sUpdated        *time.Time
+	)
+	if err := rows.Scan(&lTenant, &lID, &lStatus, &lCur, &lAmt, &lCap, &lRefd, &l.Ref, &l.CaptureBefore, &lCreated, &lUpdated,
+		&sRef, &sPay, &sStatus, &sCur, &sAmt, &sCap, &sRefd, &sCreated, &sUpdated); err != nil {
+		return pairRow{}, err
+	}
+	var p pairRow
+	if lID != nil {
+		l.TenantID, l.ID, l.Status, l.Currency = *lTenant, *lID, *lStatus, *lCur
+		l.Amount, l.Captured, l.Refunded = *lAmt, *lCap, *lRefd
+		l.CreatedAt, l.UpdatedAt = *lCreated, *lUpdated
+		p.l = &l
+	}
+	if sRef != nil {
+		p.r = &remote{Ref: *sRef, PaymentID: *sPay, Status: *sStatus, Currency: *sCur, Amount: *sAmt,
+			Captured: *sCap, Refunded: *sRefd, CreatedAt: *sCreated, UpdatedAt: *sUpdated}
+	}
+	return p, nil
 }
 
 // inWindow reports whether t is in [from, to).
@@ -458,9 +487,11 @@ func (s *stats) count(l *local, rows []remote) {
 	}
 }
 
-// findingWriter stores findings in batches with COPY.
+// findingWriter stores findings in batches with COPY, in the run's
+// transaction.
 type findingWriter struct {
 	r          *Reconciler
+	tx         pgx.Tx
 	runID      int64
 	batch      [][]any
 	total      int64
@@ -468,8 +499,8 @@ type findingWriter struct {
 	seen       map[string]bool
 }
 
-func newFindingWriter(r *Reconciler, runID int64) *findingWriter {
-	return &findingWriter{r: r, runID: runID, byCategory: map[string]int64{}, seen: map[string]bool{}}
+func newFindingWriter(r *Reconciler, tx pgx.Tx, runID int64) *findingWriter {
+	return &findingWriter{r: r, tx: tx, runID: runID, byCategory: map[string]int64{}, seen: map[string]bool{}}
 }
 
 const findingBatch = 5000
@@ -497,7 +528,7 @@ func (w *findingWriter) flush(ctx context.Context) error {
 	if len(w.batch) == 0 {
 		return nil
 	}
-	_, err := w.r.pool.CopyFrom(ctx, pgx.Identifier{"reconciliation_discrepancies"},
+	_, err := w.tx.CopyFrom(ctx, pgx.Identifier{"reconciliation_discrepancies"},
 		[]string{"run_id", "category", "fingerprint", "tenant_id", "payment_id", "provider_ref", "field", "expected",
 			"actual", "currency", "difference_minor", "detail", "created_at"}, pgx.CopyFromRows(w.batch))
 	w.batch = w.batch[:0]

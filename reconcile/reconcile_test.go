@@ -446,6 +446,13 @@ func TestADayOfAHundredThousandPayments(t *testing.T) {
 // table and the same holds into the fake, with one captured amount off.
 func seedDay(t testing.TB, e *env, n int) {
 	t.Helper()
+	seedDayOff(t, e, n, func(i int) bool { return i == n/2 })
+}
+
+// seedDayOff is seedDay with the captured amount of the i-th hold one unit
+// short at the provider when off(i).
+func seedDayOff(t testing.TB, e *env, n int, off func(i int) bool) {
+	t.Helper()
 	ctx := context.Background()
 	ref := func(i int) string { return fmt.Sprintf("fh_seed%08d", i) }
 	id := func(i int) string { return orchestrator.PaymentID(e.tenant, fmt.Sprintf("seed-%d", i)) }
@@ -464,8 +471,8 @@ func seedDay(t testing.TB, e *env, n int) {
 	var seq iter.Seq[fake.SeedHold] = func(yield func(fake.SeedHold) bool) {
 		for i := range n {
 			captured := int64(1000 + i%500)
-			if i == n/2 {
-				captured-- // the one discrepancy
+			if off(i) {
+				captured--
 			}
 			if !yield(fake.SeedHold{Ref: ref(i), PaymentID: id(i), TenantID: e.tenant, Status: providers.StatusCaptured,
 				AmountMinor: int64(1000 + i%500), CapturedMinor: captured, Currency: "EUR", CreatedAt: at(i), UpdatedAt: at(i)}) {

@@ -13,10 +13,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -27,8 +30,20 @@ import (
 
 // Config wires a Reconciler.
 type Config struct {
+	// Pool is the back-office pool: runs, heartbeats, finance's reads and
+	// CSV exports take their connections from it. Give it a pool of its own
+	// (cmd/payorch: PAYORCH_BACKOFFICE_MAX_CONNS), never the pool payments
+	// use, so back-office work cannot starve merchants.
 	Pool      *pgxpool.Pool
 	Providers map[string]providers.Provider
+	// MaxRuns caps the runs this Reconciler executes at once; the others
+	// wait their turn in order (status running, lease kept alive). 0 means
+	// half of Pool's connections, at least 1, so that heartbeats and
+	// finance's reads always find a connection besides the runs'.
+	MaxRuns int
+	// RunTimeout bounds the work of one run once it has its turn (time
+	// spent waiting for it does not count). 0 means DefaultRunTimeout.
+	RunTimeout time.Duration
 	// Location is the time zone business days are cut in. Defaults to UTC.
 	Location *time.Location
 	// Grace widens the window read from the provider on both sides, so an
@@ -61,12 +76,32 @@ type Reconciler struct {
 	now        func() time.Time
 	logger     *slog.Logger
 	tel        *telemetry
+	runTimeout time.Duration
+	// turns holds one token per run executing; a run waits for a free
+	// one (channel senders are served in order).
+	turns  chan struct{}
+	leases *leases
 }
+
+// DefaultRunTimeout bounds one run's work when Config.RunTimeout is 0.
+const DefaultRunTimeout = 30 * time.Minute
 
 // New returns a Reconciler.
 func New(cfg Config) *Reconciler {
 	r := &Reconciler{pool: cfg.Pool, providers: cfg.Providers, loc: cfg.Location, grace: cfg.Grace,
-		stuckAfter: cfg.StuckAfter, now: cfg.Clock, logger: cfg.Logger}
+		stuckAfter: cfg.StuckAfter, now: cfg.Clock, logger: cfg.Logger, runTimeout: cfg.RunTimeout}
+	maxRuns := cfg.MaxRuns
+	if maxRuns <= 0 {
+		maxRuns = 1
+		if r.pool != nil {
+			maxRuns = max(1, int(r.pool.Config().MaxConns)/2)
+		}
+	}
+	r.turns = make(chan struct{}, maxRuns)
+	r.leases = &leases{r: r, ids: map[int64]struct{}{}}
+	if r.runTimeout <= 0 {
+		r.runTimeout = DefaultRunTimeout
+	}
 	if r.loc == nil {
 		r.loc = time.UTC
 	}
@@ -168,11 +203,20 @@ func scanRun(row pgx.CollectableRow) (Run, error) {
 // that another instance (or an earlier firing) already started.
 var ErrAlreadyScheduled = errors.New("reconcile: the scheduled run of this day already exists")
 
-// ParseDate parses a business date (YYYY-MM-DD). Errors: validation_failed.
+// Business dates are days from minDate to maxDate: anything else is a
+// typing error, and years before 1 do not even exist for PostgreSQL.
+var (
+	minDate = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxDate = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+)
+
+// ParseDate parses a business date (YYYY-MM-DD) from 2000-01-01 to
+// 9999-12-31. Errors: validation_failed (param date).
 func ParseDate(s string) (time.Time, error) {
 	d, err := time.Parse(time.DateOnly, s)
-	if err != nil {
-		return time.Time{}, orchestrator.ParamError("date", "date must be YYYY-MM-DD")
+	if err != nil || d.Before(minDate) || d.After(maxDate) {
+		return time.Time{}, orchestrator.ParamError("date", "date must be a day from %s to %s, as YYYY-MM-DD",
+			minDate.Format(time.DateOnly), maxDate.Format(time.DateOnly))
 	}
 	return d, nil
 }
@@ -182,9 +226,6 @@ func (r *Reconciler) Yesterday() time.Time {
 	y, m, d := r.now().In(r.loc).AddDate(0, 0, -1).Date()
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
-
-// leaseFor is how long a running run is presumed alive without a heartbeat.
-const leaseFor = 2 * time.Minute
 
 // CheckRun refuses what Begin would refuse of (provider, date) before
 // anything is recorded, so that a request can be refused before its
@@ -253,48 +294,89 @@ func (r *Reconciler) Reconcile(ctx context.Context, provider string, date time.T
 	return r.Execute(ctx, run)
 }
 
-// Execute does a begun run, in a span of its own, and records its
-// outcome; a failure is recorded on the run (status failed) as well as
-// returned.
+// Execute does a begun run and records its outcome; a failure is recorded
+// on the run (status failed, with a reason fit for finance's eyes; the
+// detail goes to the log with the run id) as well as returned. The run
+// first waits for its turn (MaxRuns execute at once), keeping its lease
+// alive meanwhile, so a queued run is never reported abandoned; then it
+// works, in a span of its own, within RunTimeout.
 func (r *Reconciler) Execute(ctx context.Context, run Run) (Run, error) {
 	logger := r.logger.With("run_id", run.ID, "provider", run.Provider, "business_date", run.BusinessDate, "version", run.Version)
-	ctx, span := r.tel.startRunSpan(ctx, run)
+	defer r.leases.hold(run.ID)()
+	select {
+	case r.turns <- struct{}{}:
+	case <-ctx.Done():
+		return r.fail(ctx, logger, run, fmt.Errorf("waiting for a turn: %w", context.Cause(ctx)))
+	}
+	defer func() { <-r.turns }()
+
+	wctx, cancel := context.WithTimeout(ctx, r.runTimeout)
+	defer cancel()
+	wctx, span := r.tel.startRunSpan(wctx, run)
 	start := time.Now()
-	hbCtx, stopHeartbeat := context.WithCancel(ctx)
-	go r.heartbeat(hbCtx, run.ID)
-	res, err := r.match(ctx, run)
-	stopHeartbeat()
-	defer func() { r.tel.endRun(ctx, span, run, res, err, time.Since(start)) }()
+	res, err := r.match(wctx, run)
+	defer func() { r.tel.endRun(wctx, span, run, res, err, time.Since(start)) }()
 	defer r.tel.forgetLastRuns()
 	if err != nil {
-		logger.ErrorContext(ctx, "reconciliation failed", "error", err)
-		msg := "reconciliation failed: " + err.Error()
-		var pe *providers.Error
-		if errors.As(err, &pe) {
-			msg = "the provider's record could not be read (" + pe.Kind.String() + ")"
+		if wctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, context.Cause(wctx))
 		}
-		_, uerr := r.pool.Exec(context.WithoutCancel(ctx), `UPDATE reconciliation_runs SET status = 'failed', error = $2,
-			finished_at = $3, lease_until = NULL WHERE id = $1`, run.ID, msg, r.now())
-		_, _ = r.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
-		return Run{}, errors.Join(err, uerr)
+		return r.fail(ctx, logger, run, err)
 	}
 	logger.InfoContext(ctx, "reconciliation finished", "duration", time.Since(start), "local", res.LocalCount,
 		"provider", res.ProviderCount, "discrepancies", res.DiscrepancyCount)
 	return r.GetRun(ctx, run.ID)
 }
 
-func (r *Reconciler) heartbeat(ctx context.Context, id int64) {
-	t := time.NewTicker(leaseFor / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = r.pool.Exec(ctx, `UPDATE reconciliation_runs SET lease_until = $2 WHERE id = $1 AND status = 'running'`,
-				id, r.now().Add(leaseFor))
-		}
+// failTimeout bounds recording a failed run.
+const failTimeout = 30 * time.Second
+
+// fail logs why run failed, records it as failed with a client-safe reason
+// and drops its staged provider rows.
+func (r *Reconciler) fail(ctx context.Context, logger *slog.Logger, run Run, cause error) (Run, error) {
+	reason := failureReason(run.ID, cause)
+	logger.ErrorContext(ctx, "reconciliation failed", "error", cause, "reason", reason)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failTimeout)
+	defer cancel()
+	_, uerr := r.pool.Exec(fctx, `UPDATE reconciliation_runs SET status = 'failed', error = $2,
+		finished_at = $3, lease_until = NULL WHERE id = $1`, run.ID, reason, r.now())
+	if uerr != nil {
+		logger.ErrorContext(ctx, "recording a failed reconciliation", "error", uerr)
 	}
+	_, _ = r.pool.Exec(fctx, `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
+	return Run{}, errors.Join(cause, uerr)
+}
+
+// failureReason says why a run failed in words fit for finance: the
+// class of the failure, never the driver's text (SQL, SQLSTATE, host or
+// user names), which goes to the log with the run id instead.
+func failureReason(runID int64, err error) string {
+	var pe *providers.Error
+	var pg *pgconn.PgError
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out; re-run it"
+	case errors.Is(err, context.Canceled):
+		return "canceled: the instance running it stopped; re-run it"
+	case errors.As(err, &pe):
+		return "the provider's record could not be read (" + pe.Kind.String() + ")"
+	case errors.As(err, &pg):
+		switch {
+		case pg.Code == "57014": // query_canceled: a statement timeout
+			return "timed out; re-run it"
+		case strings.HasPrefix(pg.Code, "08"), strings.HasPrefix(pg.Code, "53"), strings.HasPrefix(pg.Code, "57"),
+			strings.HasPrefix(pg.Code, "58"):
+			// connection exception, insufficient resources, operator
+			// intervention (shutdown), system error
+			return "database unavailable; re-run it"
+		}
+	case errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		pgconn.SafeToRetry(err), pgconn.Timeout(err):
+		return "database unavailable; re-run it"
+	}
+	return "internal error; see the logs for run " + itoa(runID)
 }
 
 // GetRun reads one run. A run whose executor died (its lease ran out) reads

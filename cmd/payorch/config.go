@@ -63,6 +63,12 @@ type config struct {
 	ShutdownTimeout time.Duration
 	// DBMaxConns (PAYORCH_DB_MAX_CONNS) caps the connection pool.
 	DBMaxConns int
+	// BackofficeMaxConns (PAYORCH_BACKOFFICE_MAX_CONNS) caps the second,
+	// separate pool of `serve` and `dev` that reconciliation runs, their
+	// heartbeats, finance's reads and CSV exports use, so they never take
+	// a connection payments need. Half of it (at least 1) is how many runs
+	// execute at once; the others queue.
+	BackofficeMaxConns int
 	// APIKeyCache (PAYORCH_API_KEY_CACHE) makes `serve` and `dev` keep
 	// verified API keys in memory while a LISTEN connection hears their
 	// revocations (NOTIFY payorch_api_keys); off, every request reads its
@@ -153,6 +159,8 @@ func defaultConfig() config {
 		APIKeyCache:     true,
 		ReplayCache:     10_000,
 
+		BackofficeMaxConns: 4,
+
 		ConsoleSignInLimit: 10,
 
 		DefaultProvider:  "fake",
@@ -196,6 +204,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("PAYORCH_PG_BIN", &c.PGBin)
 	num("PAYORCH_DEV_PG_PORT", &c.DevPGPort)
 	num("PAYORCH_DB_MAX_CONNS", &c.DBMaxConns)
+	num("PAYORCH_BACKOFFICE_MAX_CONNS", &c.BackofficeMaxConns)
 	if v := getenv("PAYORCH_RATE_LIMIT"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -289,6 +298,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_REPLAY_CACHE: must be from 0 (off) to 1000000 entries")
 	case c.DBMaxConns < 2:
 		return errors.New("PAYORCH_DB_MAX_CONNS: must be at least 2")
+	case c.BackofficeMaxConns < 2 || c.BackofficeMaxConns > 1000:
+		return errors.New("PAYORCH_BACKOFFICE_MAX_CONNS: must be from 2 to 1000 (a run and a connection for heartbeats and reads)")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("PAYORCH_SHUTDOWN_TIMEOUT: must be positive")
 	case c.DataDir == "":

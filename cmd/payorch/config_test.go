@@ -42,3 +42,19 @@ func TestTrustedProxiesConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestBackofficeMaxConnsConfig(t *testing.T) {
+	t.Parallel()
+	for env, want := range map[string]int{"": 4, "2": 2, "12": 12} {
+		cfg, err := loadConfig(envOf(map[string]string{"PAYORCH_BACKOFFICE_MAX_CONNS": env}))
+		if err != nil || cfg.BackofficeMaxConns != want {
+			t.Errorf("PAYORCH_BACKOFFICE_MAX_CONNS=%q: %d (%v), want %d", env, cfg.BackofficeMaxConns, err, want)
+		}
+	}
+	for _, bad := range []string{"1", "0", "-3", "4000", "few"} {
+		if _, err := loadConfig(envOf(map[string]string{"PAYORCH_BACKOFFICE_MAX_CONNS": bad})); err == nil ||
+			!strings.Contains(err.Error(), "PAYORCH_BACKOFFICE_MAX_CONNS") {
+			t.Errorf("PAYORCH_BACKOFFICE_MAX_CONNS=%q: err %v", bad, err)
+		}
+	}
+}

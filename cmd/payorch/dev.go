@@ -84,6 +84,11 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	defer pool.Close()
+	backoffice, err := openBackofficePool(ctx, cfg, dbURL, tel)
+	if err != nil {
+		return err
+	}
+	defer backoffice.Close()
 	if err := migrate(ctx, pool, logger); err != nil {
 		return err
 	}
@@ -103,7 +108,7 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 	if cfg.TLSCert != "" {
 		scheme = "https://"
 	}
-	return serveAPI(ctx, cfg, pool, logger, tel, func(addr string) {
+	return serveAPI(ctx, cfg, pool, backoffice, logger, tel, func(addr string) {
 		printDevBanner(stdout, scheme+addr, dbURL, keys)
 	})
 }

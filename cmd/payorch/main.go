@@ -125,6 +125,12 @@ func buildVersion() string {
 // connection. With tel, queries are traced and the pool's statistics
 // exported.
 func openPool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, cfg.DBMaxConns, "", tel)
+}
+
+// openNamedPool is openPool for a pool of maxConns connections whose
+// statistics carry name (none for the main pool).
+func openNamedPool(ctx context.Context, url string, maxConns int, name string, tel *telemetry) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, errors.New("DATABASE_URL is not set (payorch dev prints the URL of its embedded database)")
 	}
@@ -132,7 +138,7 @@ func openPool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgx
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	pc.MaxConns = int32(cfg.DBMaxConns)
+	pc.MaxConns = int32(maxConns)
 	if tel != nil {
 		tel.traceDatabase(pc)
 	}
@@ -145,7 +151,7 @@ func openPool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgx
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	if tel != nil {
-		if err := tel.recordPoolStats(pool); err != nil {
+		if err := tel.recordPoolStats(pool, name); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("database pool metrics: %w", err)
 		}

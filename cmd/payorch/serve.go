@@ -43,13 +43,27 @@ func cmdServe(ctx context.Context, cfg config, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	return serveAPI(ctx, cfg, pool, logger, tel, nil)
+	backoffice, err := openBackofficePool(ctx, cfg, cfg.DatabaseURL, tel)
+	if err != nil {
+		return err
+	}
+	defer backoffice.Close()
+	return serveAPI(ctx, cfg, pool, backoffice, logger, tel, nil)
+}
+
+// openBackofficePool opens the back-office pool (PAYORCH_BACKOFFICE_MAX_CONNS
+// connections to url): reconciliation and finance's reads and exports use
+// it and nothing else does, so however busy they are, payments, the
+// sweepers and /readyz keep the main pool to themselves.
+func openBackofficePool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, cfg.BackofficeMaxConns, "backoffice", tel)
 }
 
 // serveAPI loads the TLS certificate (if any), migrates (unless told not
 // to), listens on cfg.Listen, calls ready (if set) with the bound address,
-// and serves until ctx is done.
-func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger, tel *telemetry, ready func(addr string)) error {
+// and serves until ctx is done. Payments, background services and health
+// use pool; reconciliation and finance use backoffice.
+func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, logger *slog.Logger, tel *telemetry, ready func(addr string)) error {
 	tlsConfig, err := loadTLS(cfg)
 	if err != nil {
 		return err
@@ -139,7 +153,7 @@ func serveAPI(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.
 		}
 	}()
 
-	rec := newReconciler(cfg, pool, logger, provs, tel)
+	rec := newReconciler(cfg, backoffice, logger, provs, tel)
 	if cfg.ReconcileSchedule != "off" {
 		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
 		if err != nil {
@@ -251,6 +265,8 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token})
 }
 
+// newReconciler wires the Reconciler on pool: the back-office pool for
+// `serve` and `dev`, the command's only pool for `payorch reconcile`.
 func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *reconcile.Reconciler {
 	loc, _ := time.LoadLocation(cfg.ReconcileTZ) // validated
 	return reconcile.New(reconcile.Config{Pool: pool, Providers: provs, Location: loc, Grace: cfg.ReconcileGrace,

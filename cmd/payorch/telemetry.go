@@ -125,9 +125,17 @@ func (t *telemetry) traceDatabase(pc *pgxpool.Config) {
 }
 
 // recordPoolStats exports pool's statistics (connections in use, idle,
-// waits) as gauges.
-func (t *telemetry) recordPoolStats(pool *pgxpool.Pool) error {
-	return otelpgx.RecordStats(pool, otelpgx.WithStatsMeterProvider(t.meterProvider))
+// waits) as gauges. A named pool (the back-office one) reports as
+// db.client.connection.pool.name "host:port/database#name", apart from
+// the main pool's "host:port/database".
+func (t *telemetry) recordPoolStats(pool *pgxpool.Pool, name string) error {
+	opts := []otelpgx.StatsOption{otelpgx.WithStatsMeterProvider(t.meterProvider)}
+	if name != "" {
+		cc := pool.Config().ConnConfig
+		opts = append(opts, otelpgx.WithStatsAttributes(
+			semconv.DBClientConnectionPoolName(fmt.Sprintf("%s:%d/%s#%s", cc.Host, cc.Port, cc.Database, name))))
+	}
+	return otelpgx.RecordStats(pool, opts...)
 }
 
 // transport wraps base so each provider request is a client span and
