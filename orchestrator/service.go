@@ -121,9 +121,6 @@ const (
 	MaxKeyTTL     = 72 * time.Hour
 )
 
-// Pool returns the Service's connection pool (for health checks).
-func (s *Service) Pool() *pgxpool.Pool { return s.pool }
-
 // PostgreSQL error codes translated at the storage edge.
 const (
 	pgUniqueViolation     = "23505"
