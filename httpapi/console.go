@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
@@ -33,7 +32,8 @@ var consoleFiles embed.FS
 
 const (
 	consolePrefix = "/console"
-	// sessionCookie holds the session token; only its SHA-256 is stored.
+	// sessionCookie holds the session token; only its SHA-256 is stored
+	// (orchestrator.ConsoleSession).
 	sessionCookie = "payorch_session"
 	// signinCookie holds the pre-session CSRF token of the sign-in form
 	// (double-submit).
@@ -44,13 +44,6 @@ const (
 	sessionLifetime   = 8 * time.Hour
 	consoleSessionKey = "payorch.console_session"
 )
-
-// consoleSession is a signed-in console user.
-type consoleSession struct {
-	Principal orchestrator.Principal
-	CSRF      string
-	ExpiresAt time.Time
-}
 
 // console holds the parsed templates, one template set per page (each
 // with the shared layout), and the console's own router: its routes are
@@ -203,7 +196,7 @@ func (s *Server) consoleCSS(c echo.Context) error {
 // pageData is what every page template gets.
 type pageData struct {
 	Title   string
-	Session *consoleSession
+	Session *orchestrator.ConsoleSession
 	// Nav flags which sections the user's role may see.
 	CanPayments bool
 	CanFinance  bool
@@ -273,11 +266,6 @@ func postedCSRF(c echo.Context) string {
 	return c.Request().PostFormValue(csrfField)
 }
 
-func tokenHash(token string) []byte {
-	sum := sha256.Sum256([]byte(token))
-	return sum[:]
-}
-
 func sameToken(a, b string) bool {
 	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
@@ -303,11 +291,13 @@ func (s *Server) consoleCookie(c echo.Context, name, value string, expires time.
 // sign-in page. Every POST must carry the session's CSRF token.
 func (s *Server) consoleAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var sess *consoleSession
+		var sess *orchestrator.ConsoleSession
 		if ck, err := c.Cookie(sessionCookie); err == nil && ck.Value != "" {
 			var lerr error
-			sess, lerr = s.lookupSession(c.Request().Context(), ck.Value)
-			if lerr != nil {
+			sess, lerr = s.svc.ConsoleSession(c.Request().Context(), ck.Value)
+			if orchestrator.ErrorCode(lerr) == orchestrator.CodeUnauthorized {
+				sess = nil // no live session: as if there were no cookie
+			} else if lerr != nil {
 				return s.consoleError(c, lerr)
 			}
 		}
@@ -327,8 +317,8 @@ func (s *Server) consoleAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func consoleSessionOf(c echo.Context) *consoleSession {
-	sess, _ := c.Get(consoleSessionKey).(*consoleSession)
+func consoleSessionOf(c echo.Context) *orchestrator.ConsoleSession {
+	sess, _ := c.Get(consoleSessionKey).(*orchestrator.ConsoleSession)
 	return sess
 }
 

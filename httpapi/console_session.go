@@ -1,67 +1,16 @@
 package httpapi
 
 import (
-	"context"
-	"errors"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/payorch/payorch/orchestrator"
 )
-
-// lookupSession returns the live session of token, or nil when there is
-// none: unknown, expired, signed out, or its API key revoked.
-func (s *Server) lookupSession(ctx context.Context, token string) (*consoleSession, error) {
-	const q = `
-		SELECT cs.api_key_id, cs.role, coalesce(cs.tenant_id, 0), cs.csrf_token, cs.expires_at
-		FROM console_sessions cs
-		JOIN api_keys k ON k.id = cs.api_key_id
-		WHERE cs.id_hash = $1 AND NOT cs.revoked AND cs.expires_at > $2 AND k.revoked_at IS NULL`
-	var sess consoleSession
-	err := s.svc.Pool().QueryRow(ctx, q, tokenHash(token), s.now()).Scan(
-		&sess.Principal.KeyID, &sess.Principal.Role, &sess.Principal.TenantID, &sess.CSRF, &sess.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, &orchestrator.Error{Code: orchestrator.CodeInternal, Message: "internal error", Err: err}
-	}
-	return &sess, nil
-}
-
-// createSession stores a new session for p and returns its token. Expired
-// sessions are purged on the way (a bounded batch), so the table stays
-// small without a background job.
-func (s *Server) createSession(ctx context.Context, p orchestrator.Principal) (string, *consoleSession, error) {
-	token := randomToken()
-	now := s.now()
-	sess := &consoleSession{Principal: p, CSRF: randomToken(), ExpiresAt: now.Add(sessionLifetime)}
-	var tenant *int64
-	if p.TenantID != 0 {
-		tenant = &p.TenantID
-	}
-	err := pgx.BeginFunc(ctx, s.svc.Pool(), func(tx pgx.Tx) error {
-		const purge = `DELETE FROM console_sessions WHERE id_hash IN (
-			SELECT id_hash FROM console_sessions WHERE expires_at < $1 ORDER BY expires_at LIMIT 100)`
-		if _, err := tx.Exec(ctx, purge, now); err != nil {
-			return err
-		}
-		const ins = `INSERT INTO console_sessions (id_hash, api_key_id, role, tenant_id, csrf_token, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`
-		_, err := tx.Exec(ctx, ins, tokenHash(token), p.KeyID, p.Role, tenant, sess.CSRF, now, sess.ExpiresAt)
-		return err
-	})
-	if err != nil {
-		return "", nil, &orchestrator.Error{Code: orchestrator.CodeInternal, Message: "internal error", Err: err}
-	}
-	return token, sess, nil
-}
 
 // signInPage is the data of the sign-in form.
 type signInPage struct {
@@ -121,7 +70,7 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	token, sess, err := s.createSession(c.Request().Context(), p)
+	token, sess, err := s.svc.CreateConsoleSession(c.Request().Context(), p, sessionLifetime)
 	if err != nil {
 		return s.consoleError(c, err)
 	}
@@ -153,9 +102,8 @@ func waitText(d time.Duration) string {
 func (s *Server) consoleSignOut(c echo.Context) error {
 	ck, err := c.Cookie(sessionCookie)
 	if err == nil {
-		const q = `UPDATE console_sessions SET revoked = true WHERE id_hash = $1`
-		if _, err := s.svc.Pool().Exec(c.Request().Context(), q, tokenHash(ck.Value)); err != nil {
-			return s.consoleError(c, &orchestrator.Error{Code: orchestrator.CodeInternal, Message: "internal error", Err: err})
+		if err := s.svc.EndConsoleSession(c.Request().Context(), ck.Value); err != nil {
+			return s.consoleError(c, err)
 		}
 	}
 	c.SetCookie(s.consoleCookie(c, sessionCookie, "", time.Time{}))

@@ -268,7 +268,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("resolve lost the filter: %s", loc)
 		}
 		var by string
-		if err := e.svc.Pool().QueryRow(context.Background(),
+		if err := e.pool.QueryRow(context.Background(),
 			`SELECT resolved_by FROM reconciliation_discrepancies WHERE run_id = $1`, r.ID).Scan(&by); err != nil || !strings.HasPrefix(by, "key_") {
 			t.Fatalf("resolved_by %q (%v)", by, err)
 		}
@@ -479,7 +479,7 @@ func TestConsoleWithoutJavaScript(t *testing.T) {
 			t.Fatalf("signed in to %s", res.Request.URL)
 		}
 		var keyID string
-		if err := e.svc.Pool().QueryRow(ctx, `SELECT api_key_id FROM console_sessions ORDER BY created_at DESC LIMIT 1`).Scan(&keyID); err != nil {
+		if err := e.pool.QueryRow(ctx, `SELECT api_key_id FROM console_sessions ORDER BY created_at DESC LIMIT 1`).Scan(&keyID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.svc.RevokeAPIKey(ctx, keyID); err != nil {

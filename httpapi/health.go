@@ -2,10 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
 )
 
 // healthz answers 200 while the process is up.
@@ -14,27 +17,22 @@ func (s *Server) healthz(c echo.Context) error {
 }
 
 // readyz answers 200 when the database is reachable and its schema is at
-// the newest embedded migration, 503 otherwise.
+// the newest embedded migration (orchestrator.Service.Ready), 503
+// otherwise.
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	status := map[string]string{"database": "ok", "migrations": "ok"}
-	ready := true
-	if err := s.svc.Pool().Ping(ctx); err != nil {
+	err := s.svc.Ready(ctx)
+	switch {
+	case errors.Is(err, orchestrator.ErrDatabaseUnreachable):
 		status["database"] = "unreachable"
-		ready = false
+	case errors.Is(err, orchestrator.ErrSchemaUnknown):
+		status["migrations"] = "unknown"
+	case errors.Is(err, orchestrator.ErrMigrationsPending):
+		status["migrations"] = "pending"
 	}
-	if s.migrator != nil && ready {
-		cur, target, err := s.migrator.Versions(ctx)
-		switch {
-		case err != nil:
-			status["migrations"] = "unknown"
-			ready = false
-		case cur != target:
-			status["migrations"] = "pending"
-			ready = false
-		}
-	}
+	ready := err == nil
 	code := http.StatusOK
 	status["status"] = "ready"
 	if !ready {

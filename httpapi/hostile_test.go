@@ -252,7 +252,7 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 		parts = append(parts, fmt.Sprintf(`SELECT '%[1]s', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %[1]s t`, table))
 	}
 	parts = append(parts, `SELECT 'api_keys', count(*), '' FROM api_keys`)
-	rows, err := h.svc.Pool().Query(context.Background(), strings.Join(parts, " UNION ALL ")+" ORDER BY 1")
+	rows, err := h.pool.Query(context.Background(), strings.Join(parts, " UNION ALL ")+" ORDER BY 1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +584,7 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 		t.Fatalf("capture: %d %s", res.StatusCode, b)
 	}
 	var discrepancy int64
-	if err := e.svc.Pool().QueryRow(context.Background(),
+	if err := e.pool.QueryRow(context.Background(),
 		`SELECT id FROM reconciliation_discrepancies WHERE run_id = $1`, run.ID).Scan(&discrepancy); err != nil {
 		t.Fatal(err)
 	}

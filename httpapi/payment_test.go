@@ -78,7 +78,7 @@ func (e *env) providerOps(t *testing.T, tenant int64, op, clientKey string) []fa
 func (e *env) count(t *testing.T, q string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := e.svc.Pool().QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+	if err := e.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -166,7 +166,7 @@ func TestAuthorizeExactlyOnce(t *testing.T) {
 			t.Fatalf("%d provider ops", len(ops))
 		}
 		var amount int64
-		if err := e.svc.Pool().QueryRow(context.Background(), `SELECT amount_minor FROM payments WHERE id = $1`, p.ID).Scan(&amount); err != nil || amount != 1000 {
+		if err := e.pool.QueryRow(context.Background(), `SELECT amount_minor FROM payments WHERE id = $1`, p.ID).Scan(&amount); err != nil || amount != 1000 {
 			t.Fatalf("payment amount %d (%v)", amount, err)
 		}
 	})

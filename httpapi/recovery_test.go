@@ -23,7 +23,7 @@ func TestAfterKeyPurge(t *testing.T) {
 	}
 	p := decode[payment](t, first)
 	// A day and a bit later the sweeper purges the key.
-	later := orchestrator.NewService(orchestrator.Config{Pool: e.svc.Pool(), Clock: func() time.Time { return time.Now().Add(25 * time.Hour) }})
+	later := orchestrator.NewService(orchestrator.Config{Pool: e.pool, Clock: func() time.Time { return time.Now().Add(25 * time.Hour) }})
 	if n, err := later.PurgeExpiredKeys(context.Background(), 100); err != nil || n != 1 {
 		t.Fatalf("purged %d (%v)", n, err)
 	}

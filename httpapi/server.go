@@ -26,7 +26,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/reconcile"
 )
@@ -36,10 +35,8 @@ type Config struct {
 	Service *orchestrator.Service
 	// Reconciler serves the finance API.
 	Reconciler *reconcile.Reconciler
-	// Migrator answers /readyz's "are migrations current"; nil skips that
-	// check.
-	Migrator *migrations.Migrator
-	Logger   *slog.Logger
+	// Logger defaults to a logger that discards everything.
+	Logger *slog.Logger
 	// RateLimit is the sustained requests per second allowed per API key,
 	// with a burst of twice that; 0 turns rate limiting off.
 	RateLimit float64
@@ -92,16 +89,15 @@ const MaxBodyBytes = 64 << 10
 
 // Server is payorch's HTTP API.
 type Server struct {
-	echo     *echo.Echo
-	svc      *orchestrator.Service
-	rec      *reconcile.Reconciler
-	migrator *migrations.Migrator
-	logger   *slog.Logger
-	limiter  *rateLimiter
-	cfg      Config
-	now      func() time.Time
-	tel      *telemetry
-	console  *console
+	echo    *echo.Echo
+	svc     *orchestrator.Service
+	rec     *reconcile.Reconciler
+	logger  *slog.Logger
+	limiter *rateLimiter
+	cfg     Config
+	now     func() time.Time
+	tel     *telemetry
+	console *console
 
 	// signInLimiter counts failed console sign-ins per client address;
 	// nil when the limit is off.
@@ -136,13 +132,12 @@ func New(cfg Config) *Server {
 	e.HidePort = true
 	e.Logger.SetOutput(io.Discard)
 	s := &Server{
-		echo:     e,
-		svc:      cfg.Service,
-		rec:      cfg.Reconciler,
-		migrator: cfg.Migrator,
-		logger:   cfg.Logger,
-		cfg:      cfg,
-		now:      cfg.Clock,
+		echo:   e,
+		svc:    cfg.Service,
+		rec:    cfg.Reconciler,
+		logger: cfg.Logger,
+		cfg:    cfg,
+		now:    cfg.Clock,
 	}
 	var err error
 	if s.tel, err = newTelemetry(cfg.TracerProvider, cfg.MeterProvider); err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -35,6 +36,7 @@ type env struct {
 	srv    *httpapi.Server
 	url    string
 	svc    *orchestrator.Service
+	pool   *pgxpool.Pool // for tests that read or arrange rows directly
 	logs   *testkit.SyncBuffer
 	keys   map[orchestrator.Role]string
 	tenant int64
@@ -72,22 +74,22 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	}
 	t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
 	fc := fr.Client(&http.Client{})
-	sc.Pool, sc.Logger = pool, logger
-	sc.TracerProvider, sc.MeterProvider = tp, mp
-	sc.Providers, sc.DefaultProvider = map[string]providers.Provider{"fake": fc}, "fake"
-	svc := orchestrator.NewService(sc)
 	mig, err := migrations.New(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mig.Close() })
-	cfg.Service, cfg.Migrator, cfg.Logger = svc, mig, logger
+	sc.Pool, sc.SchemaVersions, sc.Logger = pool, mig.Versions, logger
+	sc.TracerProvider, sc.MeterProvider = tp, mp
+	sc.Providers, sc.DefaultProvider = map[string]providers.Provider{"fake": fc}, "fake"
+	svc := orchestrator.NewService(sc)
+	cfg.Service, cfg.Logger = svc, logger
 	cfg.TracerProvider, cfg.MeterProvider = tp, mp
 	cfg.Reconciler = reconcile.New(reconcile.Config{Pool: pool, Providers: sc.Providers, Logger: logger,
 		TracerProvider: tp, MeterProvider: mp})
 	srv := httpapi.New(cfg)
 	t.Cleanup(srv.Close)
-	e := &env{fake: fc, srv: srv, svc: svc, logs: logs, keys: map[orchestrator.Role]string{}, spans: spans, metrics: reader}
+	e := &env{fake: fc, srv: srv, svc: svc, pool: pool, logs: logs, keys: map[orchestrator.Role]string{}, spans: spans, metrics: reader}
 	// Test-only routes behind the same middleware as the real ones.
 	srv.Echo().POST("/test/echo", func(c echo.Context) error {
 		b, err := io.ReadAll(c.Request().Body)

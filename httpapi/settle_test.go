@@ -18,7 +18,7 @@ func TestSettlingWriteStoresTheAnswer(t *testing.T) {
 	t.Parallel()
 	e := newMigratedEnv(t, httpapi.Config{})
 	ctx := context.Background()
-	pool := e.svc.Pool()
+	pool := e.pool
 	merchant := e.keys[orchestrator.RoleMerchant]
 	stored := func(key string) (status int, body []byte, point string) {
 		t.Helper()

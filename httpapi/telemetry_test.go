@@ -249,7 +249,7 @@ func TestTelemetry(t *testing.T) {
 		}
 		res, body = e.post(t, "/v1/payments", m, key, `{"amount_minor":1000,"currency":"EUR"}`)
 		wantProblem(t, res, body, 409, "idempotency_key_in_use")
-		if _, err := e.svc.Pool().Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`, key); err != nil {
+		if _, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`, key); err != nil {
 			t.Fatal(err)
 		}
 		if res, body := e.post(t, "/v1/payments", m, key, `{"amount_minor":1000,"currency":"EUR"}`); res.StatusCode != 201 {
@@ -273,7 +273,7 @@ func TestTelemetry(t *testing.T) {
 		e := newMigratedEnv(t, httpapi.Config{})
 		e.authorizeOK(t, "tel-purge-1", 1000)
 		e.authorizeOK(t, "tel-purge-2", 1000)
-		if _, err := e.svc.Pool().Exec(context.Background(), `UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'`); err != nil {
+		if _, err := e.pool.Exec(context.Background(), `UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'`); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := e.svc.PurgeExpiredKeys(context.Background(), 1000); err != nil || n != 2 {

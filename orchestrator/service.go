@@ -28,6 +28,10 @@ import (
 type Config struct {
 	// Pool is the connection pool on the primary.
 	Pool *pgxpool.Pool
+	// SchemaVersions returns the database's schema version and the newest
+	// one the binary embeds (migrations.Migrator.Versions); Ready checks
+	// they are equal. Nil skips that check.
+	SchemaVersions func(ctx context.Context) (current, target int64, err error)
 	// Clock returns the current time; defaults to time.Now.
 	Clock func() time.Time
 	// Logger defaults to a logger that discards everything.
@@ -59,6 +63,7 @@ type Config struct {
 // Service is the pgx-backed implementation of payorch's domain.
 type Service struct {
 	pool            *pgxpool.Pool
+	schemaVersions  func(context.Context) (current, target int64, err error)
 	now             func() time.Time
 	logger          *slog.Logger
 	providers       map[string]providers.Provider
@@ -84,6 +89,7 @@ func NewService(cfg Config) *Service {
 	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger, providers: cfg.Providers,
 		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
 		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache)}
+	s.schemaVersions = cfg.SchemaVersions
 	if s.providerTimeout == 0 {
 		s.providerTimeout = 15 * time.Second
 	}
@@ -114,9 +120,6 @@ const (
 	DefaultKeyTTL = 24 * time.Hour
 	MaxKeyTTL     = 72 * time.Hour
 )
-
-// Pool returns the Service's connection pool (for health checks).
-func (s *Service) Pool() *pgxpool.Pool { return s.pool }
 
 // PostgreSQL error codes translated at the storage edge.
 const (

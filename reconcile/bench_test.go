@@ -33,7 +33,7 @@ func BenchmarkReconcileDay(b *testing.B) {
 	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
 	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}).WithToken(benchFakeToken))
 	phases := &phaseRecorder{}
-	e.rec = reconcile.New(reconcile.Config{Pool: e.svc.Pool(), Providers: map[string]providers.Provider{"fake": e.fc},
+	e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": e.fc},
 		Clock: clk.Now, Logger: slog.New(phases)})
 	seedDay(b, e, n)
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/internal/testkit"
@@ -33,6 +34,7 @@ var (
 type env struct {
 	clk    *testkit.Clock
 	svc    *orchestrator.Service
+	pool   *pgxpool.Pool
 	rec    *reconcile.Reconciler
 	fc     *fake.Client
 	fs     *fake.Server
@@ -69,7 +71,7 @@ func newEnvWith(t testing.TB, clk *testkit.Clock, fc *fake.Client) *env {
 		t.Fatal(err)
 	}
 	rec := reconcile.New(reconcile.Config{Pool: pool, Providers: provs, Clock: clk.Now})
-	return &env{clk: clk, svc: svc, rec: rec, fc: fc, tenant: tenant.ID}
+	return &env{clk: clk, svc: svc, pool: pool, rec: rec, fc: fc, tenant: tenant.ID}
 }
 
 // pay authorizes amount under a fresh key and applies ops ("capture:N",
@@ -363,7 +365,7 @@ func TestTwoInstancesOneScheduledRun(t *testing.T) {
 	e := newEnv(t, fake.Config{})
 	e.aDay(t)
 	e.clk.Set(runTime)
-	pool := e.svc.Pool()
+	pool := e.pool
 	var schedulers []*reconcile.Scheduler
 	for range 2 {
 		r := reconcile.New(reconcile.Config{Pool: pool, Providers: map[string]providers.Provider{"fake": e.fc}, Clock: e.clk.Now})
@@ -458,7 +460,7 @@ func seedDayOff(t testing.TB, e *env, n int, off func(i int) bool) {
 	id := func(i int) string { return orchestrator.PaymentID(e.tenant, fmt.Sprintf("seed-%d", i)) }
 	step := 24 * time.Hour / time.Duration(n+1)
 	at := func(i int) time.Time { return dayStart.Add(step * time.Duration(i+1)) }
-	_, err := e.svc.Pool().CopyFrom(ctx, pgx.Identifier{"payments"},
+	_, err := e.pool.CopyFrom(ctx, pgx.Identifier{"payments"},
 		[]string{"tenant_id", "id", "idempotency_key", "request_hash", "field_hashes", "status", "amount_minor", "currency",
 			"captured_minor", "provider", "provider_ref", "payment_method", "created_at", "updated_at"},
 		pgx.CopyFromSlice(n, func(i int) ([]any, error) {

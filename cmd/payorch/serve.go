@@ -93,7 +93,7 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		defer cancel()
 		stopProviders(sctx)
 	}()
-	svc := newService(cfg, pool, logger, provs, tel)
+	svc := newService(cfg, pool, logger, provs, tel, m.Versions)
 	if cfg.APIKeyCache {
 		// Revocations reach it by NOTIFY; off whenever its listener is down.
 		stopKeyCache := svc.StartKeyCache(context.WithoutCancel(ctx))
@@ -170,7 +170,6 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	srv := httpapi.New(httpapi.Config{
 		Reconciler:       rec,
 		Service:          svc,
-		Migrator:         m,
 		Logger:           logger,
 		RateLimit:        cfg.RateLimit,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
@@ -213,9 +212,13 @@ func loadTLS(cfg config) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *orchestrator.Service {
+// newService wires the domain; schemaVersions (nil for one-shot commands)
+// lets its readiness check (/readyz) see whether migrations are current.
+func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry,
+	schemaVersions func(context.Context) (current, target int64, err error)) *orchestrator.Service {
 	return orchestrator.NewService(orchestrator.Config{
 		Pool:            pool,
+		SchemaVersions:  schemaVersions,
 		Logger:          logger,
 		Providers:       provs,
 		DefaultProvider: cfg.DefaultProvider,
@@ -243,7 +246,7 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return err
 	}
 	defer o.close()
-	st, err := newService(cfg, o.pool, o.logger, o.provs, o.tel).ResolvePending(ctx, *minAge, *limit)
+	st, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil).ResolvePending(ctx, *minAge, *limit)
 	if err != nil {
 		return err
 	}
