@@ -95,7 +95,7 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 	c.SetRequest(req.WithContext(ctx))
 
 	begin, err := s.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{
-		TenantID: p.TenantID, Operation: op, Key: key, Fingerprint: fp})
+		TenantID: p.TenantID, Scope: p.IdempotencyScope(), Operation: op, Key: key, Fingerprint: fp})
 	outcome := idempotencyOutcome(begin, err)
 	s.recordIdempotency(ctx, c, op, outcome)
 	if !begin.ExpiresAt.IsZero() {

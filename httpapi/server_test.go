@@ -47,11 +47,18 @@ type env struct {
 // newEnv serves the API on a database at dbURL with a fake provider of its
 // own on loopback, tracing into an in-memory recorder (every span sampled)
 // and metering into a manual reader. svcCfg, when given, tunes the Service
-// (clock, lease, provider timeout); its Pool, Logger, Providers and
-// telemetry providers are filled in.
+// (clock, lease, provider timeout, a Pool on dbURL of its own); its Pool
+// (unless given), Logger, Providers and telemetry providers are filled in.
 func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
-	pool := pgtest.Pool(t, dbURL)
+	var sc orchestrator.Config
+	if len(svcCfg) > 0 {
+		sc = svcCfg[0]
+	}
+	pool := sc.Pool
+	if pool == nil {
+		pool = pgtest.Pool(t, dbURL)
+	}
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	reader := sdkmetric.NewManualReader()
@@ -65,10 +72,6 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	}
 	t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
 	fc := fr.Client(&http.Client{})
-	var sc orchestrator.Config
-	if len(svcCfg) > 0 {
-		sc = svcCfg[0]
-	}
 	sc.Pool, sc.Logger = pool, logger
 	sc.TracerProvider, sc.MeterProvider = tp, mp
 	sc.Providers, sc.DefaultProvider = map[string]providers.Provider{"fake": fc}, "fake"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -17,6 +18,10 @@ import (
 // IdempotencyRequest is one keyed POST, as the protocol sees it.
 type IdempotencyRequest struct {
 	TenantID int64
+	// Scope narrows the key within the tenant to whoever may replay it:
+	// Principal.IdempotencyScope, "" for a tenant's keys and the API key's
+	// id for staff (tenant 0), who must have one.
+	Scope string
 	// Operation is the route template, e.g. "POST /v1/payments/{id}/capture".
 	Operation   string
 	Key         string
@@ -35,6 +40,7 @@ type StoredResponse struct {
 // whose lease was taken over cannot complete the key.
 type Claim struct {
 	TenantID  int64
+	Scope     string
 	Operation string
 	Key       string
 	token     string
@@ -69,6 +75,18 @@ type Begin struct {
 	// ExpiresAt is the key's expiry, known whenever the key exists (also
 	// with idempotency_key_reused and idempotency_key_in_use).
 	ExpiresAt time.Time
+}
+
+// IdempotencyScope is the scope p's idempotency keys live in within its
+// tenant: "" for a merchant, so every API key of a tenant shares the
+// tenant's keys (a key rotated mid-retry still gets its answer), and the
+// API key's id for staff, who have no tenant (tenant 0): one staff key never
+// replays another's stored answer, nor is refused for another's body.
+func (p Principal) IdempotencyScope() string {
+	if p.TenantID != 0 {
+		return ""
+	}
+	return p.KeyID
 }
 
 // Idempotency-Key limits (SPEC: Idempotency protocol).
@@ -127,14 +145,25 @@ type keyRow struct {
 // with the same fingerprint is replayed; another fingerprint is
 // idempotency_key_reused naming the differing fields; a live lease is
 // idempotency_key_in_use with RetryAfter; an expired or released lease is
-// taken over by compare-and-swap, by exactly one request.
+// taken over by compare-and-swap, by exactly one request. A statement that
+// may have claimed the key but whose answer was lost (its connection died)
+// has its claim given up again before the error returns, so the retry does
+// not wait out a lease nobody holds.
 func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (Begin, error) {
-	rk := replayKey{req.TenantID, req.Operation, req.Key}
+	if (req.TenantID == 0) != (req.Scope != "") {
+		return Begin{}, internalf("idempotency key of tenant %d with scope %q: staff keys (tenant 0) need a scope, tenant keys have none",
+			req.TenantID, req.Scope)
+	}
+	rk := replayKey{req.TenantID, req.Scope, req.Operation, req.Key}
 	if e, ok := s.replays.get(rk, s.now()); ok {
 		if e.requestHash != string(req.Fingerprint.Hash) {
 			return Begin{ExpiresAt: e.expiresAt}, reusedError(e.fieldHashes, req.Fingerprint.Fields)
 		}
 		return Begin{ExpiresAt: e.expiresAt, Replay: e.response}, nil
+	}
+	newClaim := func(token string, expires time.Time) *Claim {
+		return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
+			token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires}
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		now := s.now()
@@ -150,10 +179,10 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		// all: read again.
 		const claimOrRead = `
 			WITH ins AS (
-				INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, field_hashes,
+				INSERT INTO idempotency_keys (tenant_id, scope, operation, key, request_hash, field_hashes,
 					status, lock_token, locked_until, created_at, updated_at, expires_at)
-				VALUES ($1, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
-				ON CONFLICT (tenant_id, operation, key) DO NOTHING
+				VALUES ($1, $10, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
+				ON CONFLICT (tenant_id, operation, key, scope) DO NOTHING
 				RETURNING expires_at
 			)
 			SELECT true, NULL::bytea, NULL::jsonb, ''::text, NULL::text, NULL::timestamptz, NULL::text,
@@ -163,24 +192,23 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			SELECT false, request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
 				response_status, response_headers, response_body, expires_at
 			FROM idempotency_keys
-			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $10 AND NOT EXISTS (SELECT 1 FROM ins)`
 		var (
 			claimed bool
 			k       keyRow
 			rp      *string
 		)
 		err := s.pool.QueryRow(ctx, claimOrRead, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-			token, lease, now, expires).Scan(&claimed, &k.RequestHash, &k.FieldHashes, &k.Status, &k.LockToken,
+			token, lease, now, expires, req.Scope).Scan(&claimed, &k.RequestHash, &k.FieldHashes, &k.Status, &k.LockToken,
 			&k.LockedUntil, &rp, &k.ResponseStatus, &k.ResponseHeaders, &k.ResponseBody, &k.ExpiresAt)
 		if isNoRows(err) {
 			continue // inserted by another request after our snapshot: read again
 		}
 		if err != nil {
-			return Begin{}, internalf("claim idempotency key: %w", err)
+			return Begin{}, s.lostClaim(ctx, req, token, internalf("claim idempotency key: %w", err))
 		}
 		if claimed {
-			return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: k.ExpiresAt}}, nil
+			return Begin{ExpiresAt: k.ExpiresAt, Claim: newClaim(token, k.ExpiresAt)}, nil
 		}
 		if rp != nil {
 			k.RecoveryPoint = *rp
@@ -194,20 +222,19 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 					lock_token = $6, locked_until = $7, recovery_point = 'started', takeovers = 0, payment_id = NULL,
 					response_status = NULL, response_headers = NULL, response_body = NULL,
 					created_at = $8, updated_at = $8, expires_at = $9
-				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND expires_at <= $8
+				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $11 AND expires_at <= $8
 					AND lock_token IS NOT DISTINCT FROM $10::uuid
 				RETURNING expires_at`
 			var exp time.Time
 			err := s.pool.QueryRow(ctx, renew, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-				token, lease, now, expires, k.LockToken).Scan(&exp)
+				token, lease, now, expires, k.LockToken, req.Scope).Scan(&exp)
 			if isNoRows(err) {
 				continue
 			}
 			if err != nil {
-				return Begin{}, internalf("renew idempotency key: %w", err)
+				return Begin{}, s.lostClaim(ctx, req, token, internalf("renew idempotency key: %w", err))
 			}
-			return Begin{ExpiresAt: exp, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-				token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: exp}}, nil
+			return Begin{ExpiresAt: exp, Claim: newClaim(token, exp)}, nil
 		}
 
 		if string(k.RequestHash) != string(req.Fingerprint.Hash) {
@@ -229,12 +256,12 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		const cas = `
 			UPDATE idempotency_keys SET lock_token = $4, locked_until = $5, updated_at = $6,
 				takeovers = takeovers + CASE WHEN $8 THEN 1 ELSE 0 END
-			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND status = 'in_progress'
+			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $9 AND status = 'in_progress'
 				AND lock_token IS NOT DISTINCT FROM $7::uuid
 				AND (locked_until IS NULL OR locked_until <= $6)`
-		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover)
+		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover, req.Scope)
 		if err != nil {
-			return Begin{}, internalf("take over idempotency key: %w", err)
+			return Begin{}, s.lostClaim(ctx, req, token, internalf("take over idempotency key: %w", err))
 		}
 		if tag.RowsAffected() == 0 {
 			continue // someone else took it: read again (and most likely find it in use)
@@ -244,11 +271,27 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 			s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
 				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
 		}
-		return Begin{ExpiresAt: k.ExpiresAt, Claim: &Claim{TenantID: req.TenantID, Operation: req.Operation, Key: req.Key,
-			token: token, fp: req.Fingerprint, Takeover: takeover, Resumed: !takeover, RecoveryPoint: k.RecoveryPoint, ExpiresAt: k.ExpiresAt}}, nil
+		c := newClaim(token, k.ExpiresAt)
+		c.Takeover, c.Resumed, c.RecoveryPoint = takeover, !takeover, k.RecoveryPoint
+		return Begin{ExpiresAt: k.ExpiresAt, Claim: c}, nil
 	}
 	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
+}
+
+// lostClaim handles a claiming statement that failed: it may have
+// committed and lost only its answer with its connection, leaving the key
+// leased to token, which nobody holds. The lease is given up again (on a
+// live connection, see execKeyWrite) so the retry resumes at once rather
+// than in a lease's time. It returns err.
+func (s *Service) lostClaim(ctx context.Context, req IdempotencyRequest, token string, err error) error {
+	const q = `
+		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
+	if _, rerr := s.execKeyWrite(ctx, q, req.TenantID, req.Operation, req.Key, req.Scope, token, s.now()); rerr != nil {
+		s.logger.ErrorContext(ctx, "give up a claim whose answer was lost", "operation", req.Operation, "error", rerr)
+	}
+	return err
 }
 
 func reusedError(stored, presented map[string]string) *Error {
@@ -272,15 +315,21 @@ func reusedError(stored, presented map[string]string) *Error {
 var ErrLeaseLost = errors.New("idempotency lease lost to another request")
 
 // CompleteIdempotent stores the final response of claim's request and
-// marks the key completed.
+// marks the key completed. The write outlives ctx's cancellation and a
+// lost connection (execKeyWrite); should it still fail, the key is released
+// (ReleaseIdempotent) so the retry resumes at once. Errors: ErrLeaseLost,
+// internal.
 func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID string, res StoredResponse) error {
 	const q = `
-		UPDATE idempotency_keys SET status = 'completed', response_status = $5, response_headers = $6,
-			response_body = $7, payment_id = nullif($8, ''), recovery_point = 'finished',
-			lock_token = NULL, locked_until = NULL, updated_at = $9
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
-	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
+		UPDATE idempotency_keys SET status = 'completed', response_status = $6, response_headers = $7,
+			response_body = $8, payment_id = nullif($9, ''), recovery_point = 'finished',
+			lock_token = NULL, locked_until = NULL, updated_at = $10
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
+	tag, err := s.execKeyWrite(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
 	if err != nil {
+		if rerr := s.ReleaseIdempotent(ctx, c); rerr != nil {
+			s.logger.ErrorContext(ctx, "release idempotency key", "operation", c.Operation, "error", rerr)
+		}
 		return internalf("complete idempotency key: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
@@ -292,20 +341,88 @@ func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID st
 
 // completed notes that c's key now holds res.
 func (s *Service) completed(c *Claim, res StoredResponse) {
-	s.replays.put(replayKey{c.TenantID, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
+	s.replays.put(replayKey{c.TenantID, c.Scope, c.Operation, c.Key}, &replayEntry{requestHash: string(c.fp.Hash),
 		fieldHashes: c.fp.Fields, response: &res, expiresAt: c.ExpiresAt})
 }
 
 // ReleaseIdempotent gives claim's lease up without storing a response (5xx
-// and unknown outcomes), so the next retry resumes at once.
+// and unknown outcomes), so the next retry resumes at once. It outlives
+// ctx's cancellation and a lost connection (execKeyWrite).
 func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
 	const q = `
-		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $5
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
-	if _, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, s.now()); err != nil {
+		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
+		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
+	if _, err := s.execKeyWrite(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, s.now()); err != nil {
 		return internalf("release idempotency key: %w", err)
 	}
 	return nil
+}
+
+// Writes that free or complete a key run detached from the request, a
+// few times, each on a connection that just answered.
+const (
+	// keyWriteTries is how many times execKeyWrite tries.
+	keyWriteTries = 3
+	// keyWriteBackoff is the wait before the second try, doubled before
+	// each later one.
+	keyWriteBackoff = 100 * time.Millisecond
+	// keyWriteTimeout bounds execKeyWrite as a whole.
+	keyWriteTimeout = 5 * time.Second
+)
+
+// execKeyWrite runs one statement that frees or completes a key's lease,
+// which must not be lost with the connection that served the request:
+// left undone, every retry of the key is idempotency_key_in_use until the
+// lease runs out. It runs detached from ctx's cancellation (a client that
+// went away or an execution that timed out must still free its key),
+// within keyWriteTimeout, up to keyWriteTries times, each on a connection
+// that has just answered a ping: a backend terminated under a request
+// (57P01, a failover) seldom dies alone, and the pool would hand out its
+// idle siblings, dead too, without checking them. The statements are
+// conditional on the lease token, so running one again is harmless.
+func (s *Service) execKeyWrite(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyWriteTimeout)
+	defer cancel()
+	var err error
+	for try := range keyWriteTries {
+		if try > 0 {
+			t := time.NewTimer(keyWriteBackoff << (try - 1))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return pgconn.CommandTag{}, errors.Join(err, ctx.Err())
+			}
+		}
+		var tag pgconn.CommandTag
+		if tag, err = s.execOnLiveConn(ctx, sql, args...); err == nil {
+			return tag, nil
+		}
+	}
+	return pgconn.CommandTag{}, err
+}
+
+// execOnLiveConn runs sql on a pooled connection that answers a ping. A
+// dead one fails its ping, is closed by the failure and destroyed on
+// release; after as many as the pool holds, the pool opens a new one.
+func (s *Service) execOnLiveConn(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	for range s.pool.Stat().MaxConns() + 1 {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		if err := conn.Ping(ctx); err != nil {
+			conn.Release()
+			if ctx.Err() != nil {
+				return pgconn.CommandTag{}, err
+			}
+			continue
+		}
+		tag, err := conn.Exec(ctx, sql, args...)
+		conn.Release()
+		return tag, err
+	}
+	return pgconn.CommandTag{}, errors.New("no database connection answered")
 }
 
 // checkpoint records the step claim's request reached, in tx (so it lands
@@ -335,7 +452,10 @@ func checkpointCTE(at, first int) string {
 		)`, at, first, first+1, first+2, first+3, first+4)
 }
 
-// claimSQL is a claim as SQL parameters; all nil for no claim.
+// claimSQL is a claim as SQL parameters; all nil for no claim. Its lease
+// token names one key row on its own; tenant, operation and key lead the
+// statement to it through the primary key (whose last column, scope, they
+// need not name).
 type claimSQL struct {
 	tenantID  *int64
 	operation *string
@@ -357,13 +477,13 @@ func (s *Service) PurgeExpiredKeys(ctx context.Context, batch int) (int, error) 
 	const q = `
 		DELETE FROM idempotency_keys k
 		USING (
-			SELECT tenant_id, operation, key FROM idempotency_keys
+			SELECT tenant_id, operation, key, scope FROM idempotency_keys
 			WHERE expires_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
 			ORDER BY expires_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
 		) x
-		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key`
+		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key AND k.scope = x.scope`
 	tag, err := s.pool.Exec(ctx, q, s.now(), batch)
 	if err != nil {
 		return 0, internalf("purge idempotency keys: %w", err)

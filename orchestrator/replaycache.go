@@ -26,9 +26,11 @@ type replayEntry struct {
 	expiresAt   time.Time
 }
 
-// replayKey names a key: tenant, operation, key.
+// replayKey names a key: tenant, scope, operation, key (the primary key
+// of idempotency_keys).
 type replayKey struct {
 	tenantID  int64
+	scope     string
 	operation string
 	key       string
 }

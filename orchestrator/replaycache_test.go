@@ -104,8 +104,8 @@ func TestReplayCacheBounds(t *testing.T) {
 		t.Fatal("a zero-sized cache should be off")
 	}
 	var off *replayCache
-	off.put(replayKey{1, "op", "k"}, &replayEntry{response: &StoredResponse{}, expiresAt: now.Add(time.Hour)})
-	if _, ok := off.get(replayKey{1, "op", "k"}, now); ok || off.len() != 0 {
+	off.put(replayKey{1, "", "op", "k"}, &replayEntry{response: &StoredResponse{}, expiresAt: now.Add(time.Hour)})
+	if _, ok := off.get(replayKey{1, "", "op", "k"}, now); ok || off.len() != 0 {
 		t.Fatal("an off cache holds nothing")
 	}
 
@@ -114,23 +114,23 @@ func TestReplayCacheBounds(t *testing.T) {
 		return &replayEntry{response: &StoredResponse{Status: 201, Body: make([]byte, body)}, expiresAt: now.Add(ttl)}
 	}
 	for i := range 10 {
-		c.put(replayKey{1, "op", fmt.Sprint(i)}, entry(10, time.Hour))
+		c.put(replayKey{1, "", "op", fmt.Sprint(i)}, entry(10, time.Hour))
 	}
 	if c.len() != 3 {
 		t.Fatalf("%d entries held, want the bound 3", c.len())
 	}
-	c.put(replayKey{2, "op", "big"}, entry(maxReplayBody+1, time.Hour))
-	if _, ok := c.get(replayKey{2, "op", "big"}, now); ok {
+	c.put(replayKey{2, "", "op", "big"}, entry(maxReplayBody+1, time.Hour))
+	if _, ok := c.get(replayKey{2, "", "op", "big"}, now); ok {
 		t.Fatal("a body over maxReplayBody was cached")
 	}
-	c.put(replayKey{2, "op", "short"}, entry(10, time.Minute))
-	if _, ok := c.get(replayKey{2, "op", "short"}, now.Add(time.Minute-time.Microsecond)); !ok {
+	c.put(replayKey{2, "", "op", "short"}, entry(10, time.Minute))
+	if _, ok := c.get(replayKey{2, "", "op", "short"}, now.Add(time.Minute-time.Microsecond)); !ok {
 		t.Fatal("an entry before its expiry was not found")
 	}
-	if _, ok := c.get(replayKey{2, "op", "short"}, now.Add(time.Minute)); ok {
+	if _, ok := c.get(replayKey{2, "", "op", "short"}, now.Add(time.Minute)); ok {
 		t.Fatal("an entry at its expiry was used")
 	}
-	if _, ok := c.get(replayKey{2, "op", "short"}, now); ok {
+	if _, ok := c.get(replayKey{2, "", "op", "short"}, now); ok {
 		t.Fatal("an expired entry was kept")
 	}
 }

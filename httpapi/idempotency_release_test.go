@@ -1,0 +1,169 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
+)
+
+// busyPool opens a pool on dbURL that hands its idle connections out
+// without pinging them first, as pgxpool does with connections used less
+// than a second ago: the pool of a server under load.
+func busyPool(t *testing.T, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 8
+	pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// fillPool leaves n idle connections in pool.
+func fillPool(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	conns := make([]*pgxpool.Conn, n)
+	for i := range conns {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
+// terminateBackends terminates every other backend connected to dbURL's
+// database (SQLSTATE 57P01 for their clients) and returns how many.
+func terminateBackends(t *testing.T, dbURL string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestKilledBackendsDoNotLockTheKey: PostgreSQL terminates the backends
+// serving payorch while an authorization waits on the provider. The
+// request fails (500), and its key must be released on a live connection,
+// not on one of the dead ones the pool still holds: else every retry is
+// 409 idempotency_key_in_use for a whole lease (60 s here). The retry
+// resumes at once and the provider holds the money once.
+func TestKilledBackendsDoNotLockTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	pool := busyPool(t, dbURL)
+	e := newEnv(t, httpapi.Config{}, dbURL, orchestrator.Config{Pool: pool, Lease: time.Minute})
+	tenant, _, merchant, err := e.svc.CreateTenant(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "killed-backends"
+	body := `{"amount_minor":1500,"currency":"EUR"}`
+	// The provider answers the confirmation a while after it arrives: the
+	// request is in flight, holding its key and no connection.
+	if err := e.fake.InjectFault(ctx, fake.Fault{Operation: fake.OpAuthorize, Kind: fake.FaultLatency, LatencyMS: 2000, Count: 1,
+		IdempotencyKey: providers.ForwardedKey(tenant.ID, orchestrator.OpAuthorize, key)}); err != nil {
+		t.Fatal(err)
+	}
+	post := func() (int, string) {
+		req, _ := http.NewRequest("POST", e.url+"/v1/payments", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+merchant)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var first struct {
+		status int
+		body   string
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first.status, first.body = post()
+	}()
+	// The fault fired: the confirmation is at the provider.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		faults, err := e.fake.Faults(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(faults) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the authorization never reached the provider")
+		}
+	}
+	fillPool(t, pool, 6)
+	if n := terminateBackends(t, dbURL); n < 6 {
+		t.Fatalf("terminated %d backends, want the pool's 6 at least", n)
+	}
+	wg.Wait()
+	if first.status != 500 {
+		t.Fatalf("the request whose backends died answered %d %s; want 500 (else this test proves nothing)", first.status, first.body)
+	}
+
+	start := time.Now()
+	attempts, inUse := 0, 0
+	for {
+		status, b := post()
+		attempts++
+		if strings.Contains(b, "idempotency_key_in_use") {
+			inUse++
+		}
+		if status == 201 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("no retry succeeded within 5s (the lease is a minute): %d attempts, %d found the key in use; last %d %s",
+				attempts, inUse, status, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("retry succeeded after %s and %d attempt(s)", time.Since(start).Round(time.Millisecond), attempts)
+	if inUse > 0 {
+		t.Errorf("%d retries found the key still locked", inUse)
+	}
+	if ops := e.providerOps(t, tenant.ID, orchestrator.OpAuthorize, key); len(ops) != 1 {
+		t.Fatalf("%d provider authorizations, want 1", len(ops))
+	}
+}
