@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,7 +47,8 @@ const benchChunk = 500
 // write_xacts/op (transactions that wrote, from PostgreSQL's transaction
 // id counter: each is one commit and, durable, one WAL flush) and
 // wal_syncs/op (WAL fsyncs, fewer than commits when concurrent commits
-// share one). ns/op counts both variants.
+// share one) and go_cpu_us/op (CPU time of this process, which runs the
+// Service, the fake provider and the clients). ns/op counts both variants.
 func BenchmarkAuthorize(b *testing.B) {
 	for _, cl := range []struct {
 		name string
@@ -70,6 +72,7 @@ func BenchmarkAuthorize(b *testing.B) {
 				b.ReportMetric(float64(t.requests)/t.elapsed.Seconds(), v+"_req/s")
 				b.ReportMetric(float64(t.xacts)/float64(t.requests), v+"_write_xacts/op")
 				b.ReportMetric(float64(t.walSyncs)/float64(t.requests), v+"_wal_syncs/op")
+				b.ReportMetric(float64(t.cpu.Microseconds())/float64(t.requests), v+"_go_cpu_us/op")
 			}
 		})
 	}
@@ -79,6 +82,9 @@ func BenchmarkAuthorize(b *testing.B) {
 type benchTotals struct {
 	requests, xacts, walSyncs int64
 	elapsed                   time.Duration
+	// cpu is the CPU time of this process (the Service, the fake provider
+	// and the clients), user and system.
+	cpu time.Duration
 }
 
 func (t *benchTotals) add(c benchTotals) {
@@ -86,6 +92,16 @@ func (t *benchTotals) add(c benchTotals) {
 	t.xacts += c.xacts
 	t.walSyncs += c.walSyncs
 	t.elapsed += c.elapsed
+	t.cpu += c.cpu
+}
+
+// processCPU is the CPU time this process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchWorld is a database, the fake provider and a tenant.
@@ -219,7 +235,7 @@ func (w *benchWorld) chunk(b *testing.B, oneStatement bool, n int) benchTotals {
 	var left atomic.Int64
 	left.Store(int64(n))
 	b.StartTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU(b)
 	for range benchClients {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
@@ -231,12 +247,12 @@ func (w *benchWorld) chunk(b *testing.B, oneStatement bool, n int) benchTotals {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU(b)-cpu0
 	b.StopTimer()
 	done()
 	xid1, sync1 := w.counters(b)
 	b.StartTimer()
-	return benchTotals{requests: int64(n), xacts: xid1 - xid0, walSyncs: sync1 - sync0, elapsed: elapsed}
+	return benchTotals{requests: int64(n), xacts: xid1 - xid0, walSyncs: sync1 - sync0, elapsed: elapsed, cpu: cpu}
 }
 
 // authorize runs one new authorization under key as httpapi does.

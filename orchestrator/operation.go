@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,24 +18,33 @@ const (
 	opRefund  opKind = "refund"
 )
 
-// operation is a capture, cancel or refund as stored.
+// operation is a capture, cancel or refund as stored: a row of
+// payment_operations, read by column name. Every statement that returns
+// an operation returns these columns:
+//
+//	tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+//	provider_ref, failure_code, created_at, updated_at
 type operation struct {
-	TenantID     int64
-	ID           string
-	PaymentID    string
-	Kind         opKind
-	Key          string
-	ForwardedKey string
-	Status       string
-	AmountMinor  int64
-	ProviderRef  *string
-	FailureCode  *string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	TenantID     int64     `db:"tenant_id"`
+	ID           string    `db:"id"`
+	PaymentID    string    `db:"payment_id"`
+	Kind         opKind    `db:"kind"`
+	Key          string    `db:"idempotency_key"`
+	ForwardedKey string    `db:"forwarded_key"`
+	Status       string    `db:"status"`
+	AmountMinor  int64     `db:"amount_minor"`
+	ProviderRef  *string   `db:"provider_ref"`
+	FailureCode  *string   `db:"failure_code"`
+	CreatedAt    time.Time `db:"created_at"`
+	UpdatedAt    time.Time `db:"updated_at"`
 }
 
-const operationCols = `tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-	provider_ref, failure_code, created_at, updated_at`
+// selectOperationSQL reads one operation of a tenant.
+const selectOperationSQL = `
+	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+		provider_ref, failure_code, created_at, updated_at
+	FROM payment_operations
+	WHERE tenant_id = @tenant_id AND id = @operation_id`
 
 // Refund is one refund of a captured payment.
 type Refund struct {
@@ -120,15 +128,9 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 			busy     bool
 		)
 		b := &pgx.Batch{}
-		b.Queue(`SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
-			in.TenantID, in.PaymentID)
-		b.Queue(`SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, in.TenantID, opID)
-		b.Queue(`SELECT
-				(SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
-				 WHERE tenant_id = $1 AND payment_id = $2 AND kind = 'refund' AND status <> 'failed'),
-				EXISTS (SELECT 1 FROM payment_operations
-				 WHERE tenant_id = $1 AND payment_id = $2 AND kind IN ('capture', 'cancel') AND status <> 'failed')`,
-			in.TenantID, in.PaymentID)
+		b.Queue(lockPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": in.PaymentID})
+		b.Queue(selectOperationSQL, namedArgs{"tenant_id": in.TenantID, "operation_id": opID})
+		b.Queue(paymentOperationsSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": in.PaymentID})
 		br := tx.SendBatch(ctx, b)
 		rows, _ := br.Query()
 		var err error
@@ -136,7 +138,7 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 		var opErr error
 		if err == nil {
 			rows, _ = br.Query()
-			op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+			op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 			err = br.QueryRow().Scan(&reserved, &busy)
 		}
 		if cerr := br.Close(); err == nil && !isNoRows(cerr) {
@@ -176,8 +178,8 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 		}
 		if expire {
 			from := p.Status
-			if _, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3 WHERE tenant_id = $1 AND id = $2`,
-				p.TenantID, p.ID, now); err != nil {
+			const expire = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
+			if _, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
 				return err
 			}
 			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now); err != nil {
@@ -195,10 +197,10 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 			finalErr = refusal
 			return nil
 		}
-		ck := claimArgs(c)
-		rows, _ = tx.Query(ctx, recordOperationSQL, p.TenantID, opID, p.ID, kind, in.Key, fwd, amount, now,
-			ck.tenantID, ck.operation, ck.key, ck.token, kind.String()+"_recorded")
-		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+		rows, _ = tx.Query(ctx, recordOperationSQL, withClaim(c, namedArgs{
+			"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
+			"forwarded_key": fwd, "amount_minor": amount, "now": now, "recovery_point": kind.String() + "_recorded"}))
+		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 		return err
 	})
 	if err != nil {
@@ -214,18 +216,47 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 	return s.operationAtProvider(ctx, c, p, op)
 }
 
+// lockPaymentSQL reads a payment of a tenant and locks its row until the
+// transaction ends.
+const lockPaymentSQL = `
+	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes
+	FROM payments
+	WHERE tenant_id = @tenant_id AND id = @payment_id
+	FOR UPDATE`
+
+// paymentOperationsSQL sums up a payment's operations that did not fail:
+// the amount its refunds reserve, and whether a capture or cancel holds
+// it.
+const paymentOperationsSQL = `
+	SELECT
+		(SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
+		 WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind = 'refund' AND status <> 'failed')
+			AS reserved_minor,
+		EXISTS (SELECT 1 FROM payment_operations
+		 WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind IN ('capture', 'cancel')
+			AND status <> 'failed') AS busy`
+
 // recordOperationSQL inserts a pending operation and moves the key's
 // recovery point, in one statement.
-var recordOperationSQL = `
+const recordOperationSQL = `
 	WITH o AS (
 		INSERT INTO payment_operations (tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, amount_minor,
 			created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-		RETURNING ` + operationCols + `
-	), p AS (
-		SELECT payment_id AS id FROM o
-	), ` + checkpointCTE(8, 9) + `
-	SELECT ` + operationCols + ` FROM o`
+		VALUES (@tenant_id, @operation_id, @payment_id, @kind, @key, @forwarded_key, @amount_minor, @now, @now)
+		RETURNING tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+			provider_ref, failure_code, created_at, updated_at
+	), checkpoint AS (
+		UPDATE idempotency_keys k SET recovery_point = @recovery_point, payment_id = coalesce(k.payment_id, o.payment_id),
+			updated_at = @now
+		FROM o
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
+	)
+	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+		provider_ref, failure_code, created_at, updated_at
+	FROM o`
 
 func (k opKind) String() string { return string(k) }
 
@@ -292,14 +323,15 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 
 // settleOperationSQL records a succeeded operation in one statement: the
 // operation, the payment's amounts and status (from the row as it is when
-// locked), the provider call ($7 to $12, when $7 is not NULL) and the
-// state change in its history, and the key's checkpoint. No row when the
-// operation was settled meanwhile.
-var settleOperationSQL = `
+// locked), the provider call (when @call_operation is not NULL) and the
+// state change in its history, and the key's recovery point. No row when
+// the operation was settled meanwhile.
+const settleOperationSQL = `
 	WITH o AS (
-		UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce($3, provider_ref), updated_at = $4
-		WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
-		RETURNING ` + operationCols + `
+		UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce(@refund_ref, provider_ref),
+			updated_at = @now
+		WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'
+		RETURNING id, kind, amount_minor, status, provider_ref, updated_at
 	), p AS (
 		UPDATE payments p SET
 			status = CASE
@@ -309,28 +341,45 @@ var settleOperationSQL = `
 				ELSE 'partially_refunded' END,
 			captured_minor = CASE WHEN o.kind = 'capture' THEN o.amount_minor ELSE p.captured_minor END,
 			refunded_minor = CASE WHEN o.kind = 'refund' THEN p.refunded_minor + o.amount_minor ELSE p.refunded_minor END,
-			updated_at = $4
-		FROM o, (SELECT status FROM payments WHERE tenant_id = $5 AND id = $6 FOR UPDATE) old
-		WHERE p.tenant_id = $5 AND p.id = $6
-		RETURNING ` + qualify("p", paymentCols) + `, old.status AS from_status
+			updated_at = @now
+		FROM o, (SELECT status FROM payments WHERE tenant_id = @tenant_id AND id = @payment_id FOR UPDATE) old
+		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
+		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
+			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
+			p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes, old.status AS from_status
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
-		` + providerCallRow(5, 6, 7) + `
+		SELECT @tenant_id, @payment_id, 'provider_call', @call_operation::text, @call_forwarded_key::text,
+			@call_outcome::text, @call_latency_ms::double precision, NULL::text, NULL::text, @call_detail::jsonb,
+			@call_at::timestamptz
+		WHERE @call_operation::text IS NOT NULL
 		UNION ALL
 		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, p.from_status, p.status,
-			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), $4
+			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), @now
 		FROM p, o
-	), ` + checkpointCTE(4, 13) + `
-	SELECT ` + qualify("p", paymentCols) + `, p.from_status, ` + qualify("o", operationCols) + ` FROM p, o`
+	), checkpoint AS (
+		UPDATE idempotency_keys k SET recovery_point = 'provider_settled', payment_id = coalesce(k.payment_id, p.id),
+			updated_at = @now
+		FROM p
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
+	)
+	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
+		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
+		p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes, p.from_status,
+		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
+	FROM p, o`
 
-// qualify prefixes every column of a column list with table.
-func qualify(table, cols string) string {
-	parts := strings.Split(cols, ",")
-	for i, c := range parts {
-		parts[i] = table + "." + strings.TrimSpace(c)
-	}
-	return strings.Join(parts, ", ")
+// settledOperationRow is a row of settleOperationSQL: the payment as
+// written, the state it left, and the operation's columns that settling
+// it wrote (its others do not change once it is recorded).
+type settledOperationRow struct {
+	paymentRow
+	FromStatus           Status    `db:"from_status"`
+	OperationStatus      string    `db:"operation_status"`
+	OperationProviderRef *string   `db:"operation_provider_ref"`
+	OperationUpdatedAt   time.Time `db:"operation_updated_at"`
 }
 
 // settleOperation records a provider's answer to a pending operation. call
@@ -355,14 +404,19 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		now := s.now()
 		code := providers.CodeOf(callErr)
-		tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'failed', failure_code = $3, updated_at = $4
-			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, code, now)
+		const fail = `
+			UPDATE payment_operations SET status = 'failed', failure_code = @failure_code, updated_at = @now
+			WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'`
+		tag, err := tx.Exec(ctx, fail, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID,
+			"failure_code": code, "now": now})
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
 		if code == providers.CodeHoldExpired {
-			tag, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3
-				WHERE tenant_id = $1 AND id = $2 AND status = 'authorized'`, p.TenantID, p.ID, now)
+			const expire = `
+				UPDATE payments SET status = 'expired', updated_at = @now
+				WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'`
+			tag, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
 			if err != nil {
 				return err
 			}
@@ -384,20 +438,10 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 // settleSucceeded records a succeeded operation (settleOperationSQL) and
 // answers from what the statement wrote.
 func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
-	now := s.now()
-	ck := claimArgs(c)
-	var (
-		from    Status
-		settled operation
-	)
-	args := append([]any{op.TenantID, op.ID, nullIfEmpty(refundID), now, p.TenantID, p.ID}, call.args()...)
-	args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
-	rows, _ := s.pool.Query(ctx, settleOperationSQL, args...)
-	written, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Payment, error) {
-		return scanPaymentAnd(row, &from, &settled.TenantID, &settled.ID, &settled.PaymentID, &settled.Kind, &settled.Key,
-			&settled.ForwardedKey, &settled.Status, &settled.AmountMinor, &settled.ProviderRef, &settled.FailureCode,
-			&settled.CreatedAt, &settled.UpdatedAt)
-	})
+	rows, _ := s.pool.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
+		"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID,
+		"refund_ref": nullIfEmpty(refundID), "now": s.now()})))
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
 	if isNoRows(err) {
 		return s.reloadOperation(ctx, op) // settled meanwhile (the call is recorded all the same)
 	}
@@ -405,19 +449,23 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 		s.callNotRecorded(ctx, p, call, err)
 		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
 	}
-	if !CanTransition(from, written.Status) {
+	written := row.Payment
+	written.normalize()
+	settled := op
+	settled.Status, settled.ProviderRef, settled.UpdatedAt = row.OperationStatus, row.OperationProviderRef, row.OperationUpdatedAt
+	if !CanTransition(row.FromStatus, written.Status) {
 		// The provider moved money we did not expect to be movable:
 		// record it as it is, loudly; reconciliation will flag it too.
 		s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
-			"payment_id", p.ID, "operation", op.ID, "from", from, "to", written.Status)
+			"payment_id", p.ID, "operation", op.ID, "from", row.FromStatus, "to", written.Status)
 	}
 	return operationOutcome(settled, written)
 }
 
 // reloadOperation reads a settled operation and answers with it.
 func (s *Service) reloadOperation(ctx context.Context, op operation) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.ID)
-	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+	rows, _ := s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 	if err != nil {
 		return Outcome{}, internalf("reload %s: %w", op.Kind, err)
 	}
@@ -427,8 +475,7 @@ func (s *Service) reloadOperation(ctx context.Context, op operation) (Outcome, e
 // operationResult is the answer to a settled operation's request: the
 // payment (and the refund), or the business error it failed with.
 func (s *Service) operationResult(ctx context.Context, op operation) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.PaymentID)
-	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	p, err := s.readPayment(ctx, op.TenantID, op.PaymentID)
 	if err != nil {
 		return Outcome{}, internalf("reload payment: %w", err)
 	}
