@@ -393,11 +393,12 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		"capture_before": settled.CaptureBefore, "failure_code": failure, "now": now, "detail": detail,
 	}))
 	q := settleAuthorizeSQL
-	// With a renderer, the answer to store is rendered from the settled
-	// payment as predicted, and stored by the same statement.
+	// A request's answer is decided from the settled payment as predicted,
+	// and stored by the same statement.
 	var stored *StoredResponse
-	if c != nil && c.Render != nil {
-		if res, ok := c.Render(authorizeResult(settled)); ok {
+	if c != nil {
+		out, err := authorizeResult(settled)
+		if res, final, err := c.Answer(p.ID, out, err); err == nil && final {
 			stored = &res
 			q = settleCompleteSQL
 			args["response_status"], args["response_headers"], args["response_body"] = res.Status, res.Header, res.Body
@@ -424,12 +425,12 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	return authorizeResult(out)
 }
 
-// checkStored makes sure the response a settling statement stored was
-// rendered from the payment it wrote: predicted is what it was rendered
+// checkStored makes sure the answer a settling statement stored was
+// decided from the payment it wrote: predicted is what it was decided
 // from, written what the statement returned. They are equal unless the
-// pending payment changed under the lease; then the stored response is
-// replaced, by compare-and-swap on the stored body, with one rendered
-// from the payment as written.
+// pending payment changed under the lease (another writer, a trigger);
+// then the stored answer is replaced, by compare-and-swap on the stored
+// body, with the answer of the payment as written.
 func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredResponse, predicted, written Payment) error {
 	a, errA := json.Marshal(predicted)
 	b, errB := json.Marshal(written)
@@ -452,9 +453,10 @@ func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredRespo
 	slices.Sort(fields)
 	s.logger.ErrorContext(ctx, "stored response was rendered from a payment that differs from the one written; storing it again",
 		"payment_id", written.ID, "fields", fields)
-	res, ok := c.Render(authorizeResult(written))
-	if !ok {
-		return internalf("payment %s: settled answer not storable", written.ID)
+	out, outErr := authorizeResult(written)
+	res, final, err := c.Answer(written.ID, out, outErr)
+	if err != nil || !final {
+		return internalf("payment %s: settled answer not storable: %v", written.ID, err)
 	}
 	const q = `
 		UPDATE idempotency_keys SET response_status = @response_status, response_headers = @response_headers,

@@ -25,6 +25,10 @@ type IdempotencyRequest struct {
 	Operation   string
 	Key         string
 	Fingerprint Fingerprint
+	// RequestID names the request in the problem document of a final
+	// refusal stored for the key (Claim.Answer), so support can find its
+	// logs.
+	RequestID string
 }
 
 // StoredResponse is a final response kept for byte-identical replays.
@@ -53,17 +57,16 @@ type Claim struct {
 	// RecoveryPoint is the last step the key's executions recorded.
 	RecoveryPoint string
 	ExpiresAt     time.Time
-	// Render, when the caller sets it, turns the request's final outcome
-	// into the response to store (ok false: not stored, e.g. pending).
-	// With it, the statement that settles an authorization completes the
-	// key too, one write instead of two, and Completed returns what it
-	// stored.
-	Render    func(Outcome, error) (res StoredResponse, ok bool)
+	// RequestID is the IdempotencyRequest's.
+	RequestID string
+	// completed is the answer the request's final write stored.
 	completed *StoredResponse
 }
 
-// Completed returns the response stored with the request's final write,
-// or nil when the key is still to be completed (CompleteIdempotent).
+// Completed returns the answer stored with the request's final write (the
+// statement that settles an authorization stores its Answer too, one
+// write instead of two), or nil when the key is still to be completed
+// (CompleteIdempotent) or released.
 func (c *Claim) Completed() *StoredResponse { return c.completed }
 
 // Begin is the result of BeginIdempotent: exactly one of Claim (execute the
@@ -209,7 +212,7 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 	}
 	newClaim := func(token string, expires time.Time) *Claim {
 		return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
-			token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires}
+			token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires, RequestID: req.RequestID}
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		now := s.now()
