@@ -199,7 +199,7 @@ func (s *Server) listPayments(c echo.Context) error {
 	var f orchestrator.ListFilter
 	if v := q.Get("status"); v != "" {
 		st := orchestrator.Status(v)
-		if !knownStatus(st) {
+		if !st.Known() {
 			return orchestrator.ParamError("status", "unknown status %q", v)
 		}
 		f.Status = st
@@ -232,15 +232,6 @@ func (s *Server) listPayments(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, newList(ps, more))
-}
-
-func knownStatus(s orchestrator.Status) bool {
-	switch s {
-	case orchestrator.StatusPending, orchestrator.StatusAuthorized, orchestrator.StatusFailed, orchestrator.StatusCaptured,
-		orchestrator.StatusCanceled, orchestrator.StatusExpired, orchestrator.StatusPartiallyRefunded, orchestrator.StatusRefunded:
-		return true
-	}
-	return false
 }
 
 // The range of time parameters: the Unix epoch to the last second of year

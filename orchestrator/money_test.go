@@ -90,10 +90,33 @@ func (g *gatedProvider) Authorize(ctx context.Context, req providers.AuthorizeRe
 	return g.Provider.Authorize(ctx, req)
 }
 
+// Refund waits for req.Key's gate, if any, then refunds.
+func (g *gatedProvider) Refund(ctx context.Context, req providers.RefundRequest) (providers.Refund, error) {
+	g.mu.Lock()
+	gate := g.gates[req.Key]
+	g.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return providers.Refund{}, &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeProviderUnavailable,
+				Message: "gate never opened", Err: ctx.Err()}
+		}
+	}
+	return g.Provider.Refund(ctx, req)
+}
+
 // gate closes the gate of authorizations of the request under the client
 // key key, and returns the function that opens it.
 func (e *moneyEnv) gate(key string) (open func()) {
-	fwd := providers.ForwardedKey(e.tenant, orchestrator.OpAuthorize, key)
+	return e.gateOp(orchestrator.OpAuthorize, key)
+}
+
+// gateOp closes the gate of the provider calls of operation op (the
+// authorization or a refund) under the client key key, and returns the
+// function that opens it.
+func (e *moneyEnv) gateOp(op, key string) (open func()) {
+	fwd := providers.ForwardedKey(e.tenant, op, key)
 	ch := make(chan struct{})
 	e.gates.mu.Lock()
 	e.gates.gates[fwd] = ch

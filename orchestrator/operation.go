@@ -322,31 +322,32 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 }
 
 // settleOperationSQL records a succeeded operation in one statement: the
-// operation, the payment's amounts and status (from the row as it is when
-// locked), the provider call (when @call_operation is not NULL) and the
-// state change in its history, and the key's recovery point. No row when
-// the operation was settled meanwhile.
+// operation; the payment's state and amounts, decided in Go
+// (settledState) from the payment as it was read, and written only if
+// the payment is still so (@from_status, @captured_from, @refunded_from);
+// the provider call (when @call_operation is not NULL) and the state
+// change in its history; and the key's recovery point. No row when the
+// operation was settled meanwhile or the payment moved since it was read;
+// the provider call is recorded all the same.
 const settleOperationSQL = `
-	WITH o AS (
+	WITH old AS (
+		SELECT id FROM payments
+		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = @from_status
+			AND captured_minor = @captured_from AND refunded_minor = @refunded_from
+		FOR UPDATE
+	), o AS (
 		UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce(@refund_ref, provider_ref),
 			updated_at = @now
-		WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'
-		RETURNING id, kind, amount_minor, status, provider_ref, updated_at
+		WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending' AND EXISTS (SELECT 1 FROM old)
+		RETURNING id, amount_minor, status, provider_ref, updated_at
 	), p AS (
-		UPDATE payments p SET
-			status = CASE
-				WHEN o.kind = 'capture' THEN 'captured'
-				WHEN o.kind = 'cancel' THEN 'canceled'
-				WHEN p.refunded_minor + o.amount_minor >= p.captured_minor THEN 'refunded'
-				ELSE 'partially_refunded' END,
-			captured_minor = CASE WHEN o.kind = 'capture' THEN o.amount_minor ELSE p.captured_minor END,
-			refunded_minor = CASE WHEN o.kind = 'refund' THEN p.refunded_minor + o.amount_minor ELSE p.refunded_minor END,
+		UPDATE payments p SET status = @to_status, captured_minor = @captured_minor, refunded_minor = @refunded_minor,
 			updated_at = @now
-		FROM o, (SELECT status FROM payments WHERE tenant_id = @tenant_id AND id = @payment_id FOR UPDATE) old
+		FROM o
 		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-			p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes, old.status AS from_status
+			p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -355,7 +356,7 @@ const settleOperationSQL = `
 			@call_at::timestamptz
 		WHERE @call_operation::text IS NOT NULL
 		UNION ALL
-		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, p.from_status, p.status,
+		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, @from_status, p.status,
 			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), @now
 		FROM p, o
 	), checkpoint AS (
@@ -367,19 +368,36 @@ const settleOperationSQL = `
 	)
 	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-		p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes, p.from_status,
+		p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes,
 		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
 	FROM p, o`
 
 // settledOperationRow is a row of settleOperationSQL: the payment as
-// written, the state it left, and the operation's columns that settling
-// it wrote (its others do not change once it is recorded).
+// written, and the operation's columns that settling it wrote (its others
+// do not change once it is recorded).
 type settledOperationRow struct {
 	paymentRow
-	FromStatus           Status    `db:"from_status"`
 	OperationStatus      string    `db:"operation_status"`
 	OperationProviderRef *string   `db:"operation_provider_ref"`
 	OperationUpdatedAt   time.Time `db:"operation_updated_at"`
+}
+
+// settledState is what a succeeded operation of kind, for amount, makes
+// of payment p: its next state and its captured and refunded amounts. A
+// capture captures amount (the rest of the hold is released), a cancel
+// voids the hold, a refund adds up to what was captured.
+func settledState(kind opKind, p Payment, amount int64) (to Status, captured, refunded int64) {
+	switch kind {
+	case opCapture:
+		return StatusCaptured, amount, p.RefundedMinor
+	case opCancel:
+		return StatusCanceled, p.CapturedMinor, p.RefundedMinor
+	}
+	refunded = p.RefundedMinor + amount
+	if refunded >= p.CapturedMinor {
+		return StatusRefunded, p.CapturedMinor, refunded
+	}
+	return StatusPartiallyRefunded, p.CapturedMinor, refunded
 }
 
 // settleOperation records a provider's answer to a pending operation. call
@@ -435,31 +453,59 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 	return s.reloadOperation(ctx, op)
 }
 
+// settleTries bounds how many times settleSucceeded decides a payment's
+// next state again because the payment moved under it (concurrent
+// refunds of one payment settling at once).
+const settleTries = 10
+
 // settleSucceeded records a succeeded operation (settleOperationSQL) and
-// answers from what the statement wrote.
+// answers from what the statement wrote. The payment's next state is
+// decided from p and checked against the state machine before it is
+// written; when p is no longer the payment as stored, it is read again
+// and the state decided again.
 func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
-		"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID,
-		"refund_ref": nullIfEmpty(refundID), "now": s.now()})))
-	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
-	if isNoRows(err) {
-		return s.reloadOperation(ctx, op) // settled meanwhile (the call is recorded all the same)
+	for try := 1; ; try++ {
+		to, captured, refunded := settledState(op.Kind, p, op.AmountMinor)
+		if !CanTransition(p.Status, to) {
+			// The provider moved money we did not expect to be movable:
+			// record it as it is, loudly; reconciliation will flag it too.
+			s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
+				"payment_id", p.ID, "operation", op.ID, "from", p.Status, "to", to)
+		}
+		rows, _ := s.pool.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
+			"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(refundID),
+			"from_status": p.Status, "captured_from": p.CapturedMinor, "refunded_from": p.RefundedMinor,
+			"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": s.now()})))
+		row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
+		if err != nil && !isNoRows(err) {
+			s.callNotRecorded(ctx, p, call, err)
+			return Outcome{}, internalf("settle %s: %w", op.Kind, err)
+		}
+		if err == nil {
+			written := row.Payment
+			written.normalize()
+			settled := op
+			settled.Status, settled.ProviderRef, settled.UpdatedAt = row.OperationStatus, row.OperationProviderRef, row.OperationUpdatedAt
+			return operationOutcome(settled, written)
+		}
+		// No row: the call is recorded all the same. Either the operation
+		// was settled meanwhile, or the payment moved since p was read.
+		call = nil
+		rows, _ = s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+		current, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+		if err != nil {
+			return Outcome{}, internalf("reload %s: %w", op.Kind, err)
+		}
+		if current.Status != "pending" {
+			return s.operationResult(ctx, current)
+		}
+		if try == settleTries {
+			return Outcome{}, internalf("settle %s %s: the payment kept moving", op.Kind, op.ID)
+		}
+		if p, err = s.readPayment(ctx, p.TenantID, p.ID); err != nil {
+			return Outcome{}, internalf("settle %s: reload payment: %w", op.Kind, err)
+		}
 	}
-	if err != nil {
-		s.callNotRecorded(ctx, p, call, err)
-		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
-	}
-	written := row.Payment
-	written.normalize()
-	settled := op
-	settled.Status, settled.ProviderRef, settled.UpdatedAt = row.OperationStatus, row.OperationProviderRef, row.OperationUpdatedAt
-	if !CanTransition(row.FromStatus, written.Status) {
-		// The provider moved money we did not expect to be movable:
-		// record it as it is, loudly; reconciliation will flag it too.
-		s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
-			"payment_id", p.ID, "operation", op.ID, "from", row.FromStatus, "to", written.Status)
-	}
-	return operationOutcome(settled, written)
 }
 
 // reloadOperation reads a settled operation and answers with it.

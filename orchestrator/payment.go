@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,16 @@ const (
 	StatusPartiallyRefunded Status = "partially_refunded"
 	StatusRefunded          Status = "refunded"
 )
+
+// Statuses lists every payment state, in the order of the lifecycle: the
+// one list. The migration's CHECK constraint (payments_status_check), the
+// OpenAPI document's PaymentStatus enum and the console's badges are held
+// to it by tests (httpapi's TestPaymentStatusesAgree).
+var Statuses = []Status{StatusPending, StatusAuthorized, StatusFailed, StatusCaptured, StatusCanceled, StatusExpired,
+	StatusPartiallyRefunded, StatusRefunded}
+
+// Known reports whether s is a payment state (one of Statuses).
+func (s Status) Known() bool { return slices.Contains(Statuses, s) }
 
 // transitions is the one state machine: from → allowed next states.
 var transitions = map[Status][]Status{
