@@ -340,39 +340,13 @@ type settledRow struct {
 // to be recorded in the payment's history, or nil when it is recorded
 // already.
 func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error, call *providerCall) (Outcome, error) {
-	var to Status
-	var failure *string
-	switch kind := providers.KindOf(callErr); {
-	case callErr == nil && hold.Status == providers.StatusAuthorized:
-		to = StatusAuthorized
-	case callErr == nil && hold.Status == providers.StatusDeclined:
-		to = StatusFailed
-		code := hold.DeclineCode
-		failure = &code
-	case callErr == nil:
+	to, failure, ok := settledBy(hold, callErr)
+	if !ok {
 		s.recordCall(ctx, p, call)
-		s.logger.WarnContext(ctx, "provider answered authorize with an unexpected status; payment stays pending",
-			"payment_id", p.ID, "provider_status", hold.Status)
-		return Outcome{Payment: p, Pending: true}, nil
-	case kind == providers.KindDeclined || kind == providers.KindRejected:
-		if providers.CodeOf(callErr) == providers.CodeIdempotencyMismatch {
-			s.recordCall(ctx, p, call)
-			return Outcome{}, internalf("provider refused forwarded key of %s: %w", p.ID, callErr)
-		}
-		to = StatusFailed
-		code := providers.CodeOf(callErr)
-		failure = &code
-	case kind == providers.KindNotExecuted:
-		s.recordCall(ctx, p, call)
-		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
-			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
-	default: // unknown outcome: keep pending, settle later with the same key
-		s.recordCall(ctx, p, call)
-		return Outcome{Payment: p, Pending: true}, nil
+		return s.stillPending(ctx, p, hold, callErr)
 	}
-
 	// Times are kept to the microsecond, as PostgreSQL keeps them, so the
-	// payment written is the payment predicted below.
+	// payment written is the payment predicted here.
 	now := s.now().Truncate(time.Microsecond).UTC()
 	settled := p
 	settled.Status, settled.FailureCode, settled.UpdatedAt = to, failure, now
@@ -425,6 +399,42 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	return authorizeResult(out)
 }
 
+// settledBy is the state a provider's answer to an authorization settles
+// the pending payment in: authorized, or failed with the decline code.
+// ok is false when the answer leaves the payment pending (stillPending).
+func settledBy(hold providers.Hold, callErr error) (to Status, failure *string, ok bool) {
+	switch kind := providers.KindOf(callErr); {
+	case callErr == nil && hold.Status == providers.StatusAuthorized:
+		return StatusAuthorized, nil, true
+	case callErr == nil && hold.Status == providers.StatusDeclined:
+		code := hold.DeclineCode
+		return StatusFailed, &code, true
+	case (kind == providers.KindDeclined || kind == providers.KindRejected) &&
+		providers.CodeOf(callErr) != providers.CodeIdempotencyMismatch:
+		code := providers.CodeOf(callErr)
+		return StatusFailed, &code, true
+	}
+	return "", nil, false
+}
+
+// stillPending is the answer to an authorization whose provider answer
+// left payment p pending (settledBy).
+func (s *Service) stillPending(ctx context.Context, p Payment, hold providers.Hold, callErr error) (Outcome, error) {
+	switch kind := providers.KindOf(callErr); {
+	case callErr == nil:
+		s.logger.WarnContext(ctx, "provider answered authorize with an unexpected status; payment stays pending",
+			"payment_id", p.ID, "provider_status", hold.Status)
+		return Outcome{Payment: p, Pending: true}, nil
+	case kind == providers.KindDeclined || kind == providers.KindRejected: // it refused the forwarded key
+		return Outcome{}, internalf("provider refused forwarded key of %s: %w", p.ID, callErr)
+	case kind == providers.KindNotExecuted:
+		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
+			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
+	}
+	// An unknown outcome: keep pending, settle later with the same key.
+	return Outcome{Payment: p, Pending: true}, nil
+}
+
 // checkStored makes sure the answer a settling statement stored was
 // decided from the payment it wrote: predicted is what it was decided
 // from, written what the statement returned. They are equal unless the
@@ -471,98 +481,4 @@ func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredRespo
 	c.completed = &res
 	s.completed(c, res)
 	return nil
-}
-
-// providerCall is one provider call as a payment's history records it.
-type providerCall struct {
-	operation    string
-	forwardedKey string
-	outcome      string
-	latencyMS    float64
-	detail       map[string]any
-	at           time.Time
-}
-
-// callProvider runs one provider call (runProviderCall) and appends it to
-// the payment's history at once (recordCall).
-func (s *Service) callProvider(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) error {
-	pc, err := s.runProviderCall(ctx, p, operation, fwd, call)
-	s.recordCall(ctx, p, &pc)
-	return err
-}
-
-// runProviderCall runs one provider call under the provider timeout, in a
-// span of its own (operation, provider, forwarded key), records its
-// duration and outcome in metrics and the log, and returns it for the
-// payment's history: operation, forwarded key, outcome and latency.
-func (s *Service) runProviderCall(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) (providerCall, error) {
-	sctx, span := s.tel.startProviderSpan(ctx, p, operation, fwd)
-	cctx, cancel := context.WithTimeout(sctx, s.providerTimeout)
-	start := time.Now()
-	err := call(cctx)
-	cancel()
-	elapsed := time.Since(start)
-	pc := providerCall{operation: operation, forwardedKey: fwd, outcome: "ok",
-		latencyMS: float64(elapsed.Microseconds()) / 1000, detail: map[string]any{"provider": p.Provider}, at: s.now()}
-	if err != nil {
-		pc.outcome = providers.KindOf(err).String()
-		if code := providers.CodeOf(err); code != "" {
-			pc.detail["code"] = code
-		}
-	}
-	s.tel.endProviderCall(sctx, span, p, operation, pc.outcome, err, elapsed)
-	s.logger.InfoContext(sctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
-		"forwarded_key", fwd, "outcome", pc.outcome, "latency_ms", pc.latencyMS)
-	return pc, err
-}
-
-// recordCall appends a provider call to the payment's history, on its own.
-// Best effort: the call already happened, and a failure is logged. A nil
-// call does nothing.
-func (s *Service) recordCall(ctx context.Context, p Payment, pc *providerCall) {
-	if pc == nil {
-		return
-	}
-	const q = `
-		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
-		VALUES (@tenant_id, @payment_id, 'provider_call', @operation, @forwarded_key, @outcome, @latency_ms, @detail, @at)`
-	_, err := s.pool.Exec(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "operation": pc.operation,
-		"forwarded_key": pc.forwardedKey, "outcome": pc.outcome, "latency_ms": pc.latencyMS, "detail": pc.detail, "at": pc.at})
-	if err != nil {
-		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", pc.operation, "error", err)
-	}
-}
-
-// withCall adds to args the named arguments of the provider call row of
-// a settling statement (settleAuthorizeSQL, settleOperationSQL):
-// @call_operation, @call_forwarded_key, @call_outcome, @call_latency_ms,
-// @call_detail and @call_at, all NULL (no row) for a nil call.
-func withCall(pc *providerCall, args namedArgs) namedArgs {
-	if pc == nil {
-		args["call_operation"], args["call_forwarded_key"], args["call_outcome"] = nil, nil, nil
-		args["call_latency_ms"], args["call_detail"], args["call_at"] = nil, nil, nil
-		return args
-	}
-	args["call_operation"], args["call_forwarded_key"], args["call_outcome"] = pc.operation, pc.forwardedKey, pc.outcome
-	args["call_latency_ms"], args["call_detail"], args["call_at"] = pc.latencyMS, pc.detail, pc.at
-	return args
-}
-
-// callNotRecorded logs a provider call whose recording statement failed.
-// Whether that statement committed is not known (the connection may have
-// died after the commit): writing the call again could record it twice, so
-// it goes to the log only.
-func (s *Service) callNotRecorded(ctx context.Context, p Payment, call *providerCall, err error) {
-	if call == nil {
-		return
-	}
-	s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
-		"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
-}
-
-func nullIfEmpty(v string) *string {
-	if v == "" {
-		return nil
-	}
-	return &v
 }

@@ -203,87 +203,125 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		return Begin{}, internalf("idempotency key of tenant %d with scope %q: staff keys (tenant 0) need a scope, tenant keys have none",
 			req.TenantID, req.Scope)
 	}
-	rk := replayKey{req.TenantID, req.Scope, req.Operation, req.Key}
-	if e, ok := s.replays.get(rk, s.now()); ok {
+	if e, ok := s.replays.get(req.replayKey(), s.now()); ok {
 		if e.requestHash != string(req.Fingerprint.Hash) {
 			return Begin{ExpiresAt: e.expiresAt}, reusedError(e.fieldHashes, req.Fingerprint.Fields)
 		}
 		return Begin{ExpiresAt: e.expiresAt, Replay: e.response}, nil
 	}
-	newClaim := func(token string, expires time.Time) *Claim {
-		return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
-			token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires, RequestID: req.RequestID}
-	}
 	for attempt := 0; attempt < 5; attempt++ {
-		now := s.now()
-		token := newToken()
-		fields, _ := json.Marshal(req.Fingerprint.Fields)
-		rows, _ := s.pool.Query(ctx, claimOrReadSQL, req.keyArgs(namedArgs{
-			"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
-			"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL)}))
-		k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyRow])
-		if isNoRows(err) {
-			continue // inserted by another request after our snapshot: read again
+		b, err := s.beginOnce(ctx, req)
+		if !errors.Is(err, errReadAgain) {
+			return b, err
 		}
-		if err != nil {
-			return Begin{}, s.lostClaim(ctx, req, token, internalf("claim idempotency key: %w", err))
-		}
-		if k.Claimed {
-			return Begin{ExpiresAt: k.ExpiresAt, Claim: newClaim(token, k.ExpiresAt)}, nil
-		}
-
-		if !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)) {
-			// Expired but not yet purged: the key starts over. The payment
-			// itself is found again by its deterministic id.
-			var exp time.Time
-			err := s.pool.QueryRow(ctx, renewKeySQL, req.keyArgs(namedArgs{
-				"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
-				"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL),
-				"read_token": k.LockToken})).Scan(&exp)
-			if isNoRows(err) {
-				continue
-			}
-			if err != nil {
-				return Begin{}, s.lostClaim(ctx, req, token, internalf("renew idempotency key: %w", err))
-			}
-			return Begin{ExpiresAt: exp, Claim: newClaim(token, exp)}, nil
-		}
-
-		if string(k.RequestHash) != string(req.Fingerprint.Hash) {
-			return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
-		}
-		if k.Status == "completed" {
-			r := &StoredResponse{Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}
-			s.replays.put(rk, &replayEntry{requestHash: string(k.RequestHash), fieldHashes: k.FieldHashes,
-				response: r, expiresAt: k.ExpiresAt})
-			return Begin{ExpiresAt: k.ExpiresAt, Replay: r}, nil
-		}
-		if k.LockedUntil != nil && k.LockedUntil.After(now) {
-			return Begin{ExpiresAt: k.ExpiresAt}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
-				Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
-		}
-		// Released (unknown outcome) or expired (crashed owner): take over by
-		// compare-and-swap on the token we read. Exactly one taker wins.
-		takeover := k.LockedUntil != nil
-		tag, err := s.pool.Exec(ctx, takeOverKeySQL, req.keyArgs(namedArgs{
-			"token": token, "locked_until": now.Add(s.lease), "now": now, "read_token": k.LockToken, "takeover": takeover}))
-		if err != nil {
-			return Begin{}, s.lostClaim(ctx, req, token, internalf("take over idempotency key: %w", err))
-		}
-		if tag.RowsAffected() == 0 {
-			continue // someone else took it: read again (and most likely find it in use)
-		}
-		if takeover {
-			s.tel.takeovers.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", req.Operation)))
-			s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
-				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
-		}
-		c := newClaim(token, k.ExpiresAt)
-		c.Takeover, c.Resumed, c.RecoveryPoint = takeover, !takeover, k.RecoveryPoint
-		return Begin{ExpiresAt: k.ExpiresAt, Claim: c}, nil
 	}
-	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
+	return Begin{}, errKeyInUse()
+}
+
+// errReadAgain says the key changed between reading and writing it (a
+// claim committed after the statement's snapshot, a renewal or takeover
+// won by another request): read it again.
+var errReadAgain = errors.New("idempotency key changed under the claim: read it again")
+
+// errKeyInUse is idempotency_key_in_use.
+func errKeyInUse() *Error {
+	return &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
+}
+
+// beginOnce is one attempt of BeginIdempotent: claim the key or read it
+// (claimOrRead), then decide from the key as read: renew it (expired),
+// refuse a different request, replay the stored answer, refuse while
+// another request holds the lease, or take the lease over. Errors:
+// errReadAgain, and BeginIdempotent's.
+func (s *Service) beginOnce(ctx context.Context, req IdempotencyRequest) (Begin, error) {
+	now, token := s.now(), newToken()
+	k, err := s.claimOrRead(ctx, req, token, now)
+	switch {
+	case isNoRows(err):
+		return Begin{}, errReadAgain // inserted by another request after our snapshot
+	case err != nil:
+		return Begin{}, s.lostClaim(ctx, req, token, internalf("claim idempotency key: %w", err))
+	case k.Claimed:
+		return Begin{ExpiresAt: k.ExpiresAt, Claim: req.claim(token, k.ExpiresAt)}, nil
+	case !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)):
+		// Expired but not yet purged: the key starts over. The payment
+		// itself is found again by its deterministic id.
+		return s.renewKey(ctx, req, k, token, now)
+	case string(k.RequestHash) != string(req.Fingerprint.Hash):
+		return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
+	case k.Status == "completed":
+		r := &StoredResponse{Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}
+		s.replays.put(req.replayKey(), &replayEntry{requestHash: string(k.RequestHash), fieldHashes: k.FieldHashes,
+			response: r, expiresAt: k.ExpiresAt})
+		return Begin{ExpiresAt: k.ExpiresAt, Replay: r}, nil
+	case k.LockedUntil != nil && k.LockedUntil.After(now):
+		return Begin{ExpiresAt: k.ExpiresAt}, errKeyInUse()
+	}
+	return s.takeOverKey(ctx, req, k, token, now)
+}
+
+// claimOrRead claims req's key under a new lease (token), or reads it
+// when it exists (claimOrReadSQL). No row (pgx.ErrNoRows): read again.
+func (s *Service) claimOrRead(ctx context.Context, req IdempotencyRequest, token string, now time.Time) (keyRow, error) {
+	fields, _ := json.Marshal(req.Fingerprint.Fields)
+	rows, _ := s.pool.Query(ctx, claimOrReadSQL, req.keyArgs(namedArgs{
+		"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
+		"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL)}))
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyRow])
+}
+
+// renewKey starts expired key k over for req under a new lease (token).
+// Errors: errReadAgain (another request renewed it first), internal.
+func (s *Service) renewKey(ctx context.Context, req IdempotencyRequest, k keyRow, token string, now time.Time) (Begin, error) {
+	fields, _ := json.Marshal(req.Fingerprint.Fields)
+	var exp time.Time
+	err := s.pool.QueryRow(ctx, renewKeySQL, req.keyArgs(namedArgs{
+		"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
+		"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL),
+		"read_token": k.LockToken})).Scan(&exp)
+	if isNoRows(err) {
+		return Begin{}, errReadAgain
+	}
+	if err != nil {
+		return Begin{}, s.lostClaim(ctx, req, token, internalf("renew idempotency key: %w", err))
+	}
+	return Begin{ExpiresAt: exp, Claim: req.claim(token, exp)}, nil
+}
+
+// takeOverKey takes the lease of key k over for req (token): released
+// (an unknown outcome) or expired (a crashed owner), by compare-and-swap
+// on the token read, so exactly one taker wins. Errors: errReadAgain
+// (another request took it first), internal.
+func (s *Service) takeOverKey(ctx context.Context, req IdempotencyRequest, k keyRow, token string, now time.Time) (Begin, error) {
+	takeover := k.LockedUntil != nil
+	tag, err := s.pool.Exec(ctx, takeOverKeySQL, req.keyArgs(namedArgs{
+		"token": token, "locked_until": now.Add(s.lease), "now": now, "read_token": k.LockToken, "takeover": takeover}))
+	if err != nil {
+		return Begin{}, s.lostClaim(ctx, req, token, internalf("take over idempotency key: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return Begin{}, errReadAgain // most likely to find it in use
+	}
+	if takeover {
+		s.tel.takeovers.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", req.Operation)))
+		s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
+			"operation", req.Operation, "recovery_point", k.RecoveryPoint)
+	}
+	c := req.claim(token, k.ExpiresAt)
+	c.Takeover, c.Resumed, c.RecoveryPoint = takeover, !takeover, k.RecoveryPoint
+	return Begin{ExpiresAt: k.ExpiresAt, Claim: c}, nil
+}
+
+// claim is the claim of req's key under lease token.
+func (req IdempotencyRequest) claim(token string, expires time.Time) *Claim {
+	return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
+		token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires, RequestID: req.RequestID}
+}
+
+// replayKey names req's key in the replay cache.
+func (req IdempotencyRequest) replayKey() replayKey {
+	return replayKey{req.TenantID, req.Scope, req.Operation, req.Key}
 }
 
 // keyArgs adds to args the named arguments that address req's key row:

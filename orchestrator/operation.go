@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,18 +47,6 @@ const selectOperationSQL = `
 	FROM payment_operations
 	WHERE tenant_id = @tenant_id AND id = @operation_id`
 
-// Refund is one refund of a captured payment.
-type Refund struct {
-	ID          string    `json:"id"`
-	Object      string    `json:"object"`
-	PaymentID   string    `json:"payment_id"`
-	Status      string    `json:"status"`
-	AmountMinor int64     `json:"amount_minor"`
-	Currency    string    `json:"currency"`
-	ProviderRef *string   `json:"provider_ref"`
-	CreatedAt   time.Time `json:"created_at"`
-}
-
 // OperationInput is a capture, cancel or refund request.
 type OperationInput struct {
 	TenantID  int64
@@ -92,128 +81,157 @@ func (s *Service) Cancel(ctx context.Context, c *Claim, in OperationInput) (Outc
 	return s.moveMoney(ctx, c, opCancel, in)
 }
 
-// Refund refunds part or all of what is left of a captured payment;
-// refunds add up to at most the captured amount. Errors: not_found,
-// payment_state_conflict, amount_exceeds_authorized (more than is left to
-// refund), provider_unavailable, internal.
-func (s *Service) Refund(ctx context.Context, c *Claim, in OperationInput) (Outcome, error) {
-	return s.moveMoney(ctx, c, opRefund, in)
-}
-
 // moveMoney is the one path of capture, cancel and refund: record the
-// operation (deterministic id) under the payment's row lock, call the
-// provider with no transaction open, record the answer.
+// operation (deterministic id) under the payment's row lock
+// (recordOperation), call the provider with no transaction open, record
+// the answer.
 func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in OperationInput) (Outcome, error) {
 	if in.AmountMinor < 0 || in.AmountMinor > MaxAmountMinor {
 		return Outcome{}, ParamError("amount_minor", "amount_minor must be a positive whole number of minor units")
 	}
-	meta := opMeta[kind]
-	opID := operationID(meta.prefix, in.TenantID, meta.route, in.Key)
-	fwd := providers.ForwardedKey(in.TenantID, meta.route, in.Key)
-
 	var (
-		p        Payment
-		op       operation
-		finalErr error // a business refusal decided inside the transaction
+		p  Payment
+		op operation
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := s.now()
-		// One round trip: lock the payment, then read what it already has
-		// (this key's operation; refunds and captures or cancels that did
-		// not fail). Each statement of the batch runs after the one before
-		// and takes its own snapshot, so the reads see everything committed
-		// before the lock was granted.
-		var (
-			reserved int64
-			busy     bool
-		)
-		b := &pgx.Batch{}
-		b.Queue(lockPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": in.PaymentID})
-		b.Queue(selectOperationSQL, namedArgs{"tenant_id": in.TenantID, "operation_id": opID})
-		b.Queue(paymentOperationsSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": in.PaymentID})
-		br := tx.SendBatch(ctx, b)
-		rows, _ := br.Query()
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
-		var opErr error
-		if err == nil {
-			rows, _ = br.Query()
-			op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
-			err = br.QueryRow().Scan(&reserved, &busy)
-		}
-		if cerr := br.Close(); err == nil && !isNoRows(cerr) {
-			err = cerr
-		}
-		if isNoRows(err) {
-			finalErr = notFound(in.PaymentID)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if opErr == nil {
-			if op.PaymentID != in.PaymentID {
-				// Only reachable once the key's record was purged.
-				finalErr = &Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key", Fields: []string{"path.id"},
-					Message: "this Idempotency-Key was used to " + meta.verb + " another payment"}
-			}
-			return nil // resume
-		}
-		if !isNoRows(opErr) {
-			return opErr
-		}
-
-		amount, expire, refusal := s.admit(kind, p, in.AmountMinor, now)
-		if kind == opRefund && refusal == nil {
-			left := p.CapturedMinor - reserved
-			switch {
-			case left <= 0:
-				refusal = Errorf(CodePaymentStateConflict, "the payment is fully refunded (or refunds in flight cover it)")
-			case amount == 0:
-				amount = left
-			case amount > left:
-				refusal = &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor",
-					Message: "amount_minor exceeds what is left to refund"}
-			}
-		}
-		if expire {
-			from := p.Status
-			const expire = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
-			if _, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
-				return err
-			}
-			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now); err != nil {
-				return err
-			}
-		}
-		if refusal == nil && kind != opRefund {
-			// Under the payment's row lock: one capture or cancel per hold.
-			// (The partial unique index is the backstop.)
-			if busy {
-				refusal = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
-			}
-		}
-		if refusal != nil {
-			finalErr = refusal
-			return nil
-		}
-		rows, _ = tx.Query(ctx, recordOperationSQL, withClaim(c, namedArgs{
-			"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
-			"forwarded_key": fwd, "amount_minor": amount, "now": now, "recovery_point": kind.String() + "_recorded"}))
-		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+		p, op, err = s.recordOperation(ctx, tx, c, kind, in)
 		return err
 	})
-	if err != nil {
-		return Outcome{}, internalf("%s: %w", meta.verb, err)
-	}
-	if finalErr != nil {
-		return Outcome{Payment: p}, finalErr
+	var r refusal
+	switch {
+	case errors.As(err, &r):
+		return Outcome{Payment: p}, r.err
+	case err != nil:
+		return Outcome{}, internalf("%s: %w", opMeta[kind].verb, err)
 	}
 	switch op.Status {
 	case "succeeded", "failed":
 		return s.operationResult(ctx, op)
 	}
 	return s.operationAtProvider(ctx, c, p, op)
+}
+
+// recordOperation reads the payment of in under its row lock and this
+// key's operation, and returns them: the operation found (a resumed
+// request) or recorded now, pending, with the key's recovery point, once
+// admitted (admit, refundAmount, one capture or cancel per hold). A
+// business refusal is a refusal error; the transaction commits all the
+// same, keeping the expiry of a lapsed hold it found.
+func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind opKind, in OperationInput) (Payment, operation, error) {
+	meta := opMeta[kind]
+	opID := operationID(meta.prefix, in.TenantID, meta.route, in.Key)
+	now := s.now()
+	st, err := readForOperation(ctx, tx, in.TenantID, in.PaymentID, opID)
+	if isNoRows(err) {
+		return Payment{}, operation{}, refusal{notFound(in.PaymentID)}
+	}
+	if err != nil {
+		return Payment{}, operation{}, err
+	}
+	p := st.payment
+	if st.op != nil {
+		if st.op.PaymentID != in.PaymentID {
+			// Only reachable once the key's record was purged.
+			return p, operation{}, refusal{&Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key",
+				Fields: []string{"path.id"}, Message: "this Idempotency-Key was used to " + meta.verb + " another payment"}}
+		}
+		return p, *st.op, nil // resume
+	}
+
+	amount, expire, refused := s.admit(kind, p, in.AmountMinor, now)
+	if kind == opRefund && refused == nil {
+		amount, refused = refundAmount(p, st.reserved, amount)
+	}
+	if expire {
+		if err := expireHold(ctx, tx, p, now); err != nil {
+			return p, operation{}, err
+		}
+	}
+	if refused == nil && kind != opRefund && st.busy {
+		// Under the payment's row lock: one capture or cancel per hold.
+		// (The partial unique index is the backstop.)
+		refused = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
+	}
+	if refused != nil {
+		return p, operation{}, refusal{refused}
+	}
+	rows, _ := tx.Query(ctx, recordOperationSQL, withClaim(c, namedArgs{
+		"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
+		"forwarded_key": providers.ForwardedKey(in.TenantID, meta.route, in.Key), "amount_minor": amount, "now": now,
+		"recovery_point": kind.String() + "_recorded"}))
+	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+	return p, op, err
+}
+
+// refusal is a business refusal decided inside a transaction: the
+// transaction commits what it wrote (inTx) and the request is answered
+// with err.
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
+func (r refusal) Unwrap() error { return r.err }
+
+// operationRead is what recordOperation reads under the payment's lock.
+type operationRead struct {
+	payment Payment
+	// op is this key's operation, nil when there is none yet.
+	op *operation
+	// reserved is what the payment's refunds that did not fail add up to;
+	// busy says a capture or cancel that did not fail holds it.
+	reserved int64
+	busy     bool
+}
+
+// readForOperation reads, in one round trip, payment paymentID locked
+// (lockPaymentSQL), the operation opID if it exists, and what the
+// payment's other operations hold (paymentOperationsSQL). Each statement
+// of the batch runs after the one before and takes its own snapshot, so
+// the reads see everything committed before the lock was granted.
+// Errors: pgx.ErrNoRows when there is no such payment.
+func readForOperation(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID, opID string) (operationRead, error) {
+	b := &pgx.Batch{}
+	b.Queue(lockPaymentSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	b.Queue(selectOperationSQL, namedArgs{"tenant_id": tenantID, "operation_id": opID})
+	b.Queue(paymentOperationsSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	br := tx.SendBatch(ctx, b)
+	var r operationRead
+	rows, _ := br.Query()
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	var (
+		op    operation
+		opErr error
+	)
+	if err == nil {
+		rows, _ = br.Query()
+		op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+		err = br.QueryRow().Scan(&r.reserved, &r.busy)
+	}
+	if cerr := br.Close(); err == nil && !isNoRows(cerr) {
+		err = cerr
+	}
+	if err != nil {
+		return r, err
+	}
+	switch {
+	case opErr == nil:
+		r.op = &op
+	case !isNoRows(opErr):
+		return r, opErr
+	}
+	r.payment = p
+	return r, nil
+}
+
+// expireHold marks authorized payment p expired (its hold lapsed at
+// capture_before), in tx, with the state change in its history.
+func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error {
+	const q = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
+	if _, err := tx.Exec(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
+		return err
+	}
+	from := p.Status
+	return stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now)
 }
 
 // lockPaymentSQL reads a payment of a tenant and locks its row until the

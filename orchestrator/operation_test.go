@@ -180,6 +180,29 @@ func TestCapture(t *testing.T) {
 	})
 }
 
+// A capture at or after the hold's capture_before is refused, and the
+// payment becomes expired: the refusal is the answer, and the expiry it
+// found is kept (the transaction that refuses commits it).
+func TestCaptureOfALapsedHoldExpiresThePayment(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t, 0)
+	p := e.authorized(t, "p1", 1000)
+	e.clk.Set(*p.CaptureBefore)
+	a := e.capture(t, p.ID, "c1", `{}`)
+	wantRefusal(t, a.err, orchestrator.CodePaymentStateConflict, "")
+	if a.stored == nil || a.stored.Status != 409 {
+		t.Fatalf("the refusal is the final answer: stored %+v", a.stored)
+	}
+	if got := e.payment(t, p.ID); got.Status != orchestrator.StatusExpired || got.CapturedMinor != 0 {
+		t.Fatalf("payment after the refused capture: %+v", got)
+	}
+	if ops := e.fakeOps(t, orchestrator.OpCapture, "c1"); len(ops) != 0 {
+		t.Fatalf("refused capture reached the provider: %+v", ops)
+	}
+	e.wantHistory(t, p.ID, "state_changed >pending", "provider_call authorize ok", "state_changed pending>authorized",
+		"state_changed authorized>expired")
+}
+
 // Service.Cancel, as httpapi calls it, against the fake provider.
 func TestCancel(t *testing.T) {
 	t.Parallel()

@@ -209,3 +209,24 @@ func (na namedArgs) statement(ctx context.Context, conn *pgx.Conn, sql string) (
 	namedStatements.Store(sql, st)
 	return st, nil
 }
+
+// inTx runs fn in a transaction on the pool and commits it, unless fn
+// fails: then it rolls back and returns fn's error. A refusal (a business
+// refusal decided in the transaction) is not a failure: what fn wrote is
+// committed and the refusal returned.
+func (s *Service) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op once committed
+	err = fn(tx)
+	var r refusal
+	if err != nil && !errors.As(err, &r) {
+		return err
+	}
+	if cerr := tx.Commit(ctx); cerr != nil {
+		return cerr
+	}
+	return err
+}
