@@ -8,6 +8,7 @@ import (
 
 	"github.com/bojanz/currency"
 
+	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/reconcile"
 )
 
@@ -52,15 +53,32 @@ func formatMinor(minor int64, code string) string {
 	return b.String()
 }
 
+// paymentBadges is the badge of each payment state (one for each of
+// orchestrator.Statuses, as TestPaymentStatusesAgree checks).
+var paymentBadges = map[orchestrator.Status]string{
+	orchestrator.StatusPending:           "warn",
+	orchestrator.StatusAuthorized:        "good",
+	orchestrator.StatusFailed:            "bad",
+	orchestrator.StatusCaptured:          "good",
+	orchestrator.StatusCanceled:          "neutral",
+	orchestrator.StatusExpired:           "bad",
+	orchestrator.StatusPartiallyRefunded: "warn",
+	orchestrator.StatusRefunded:          "neutral",
+}
+
 // statusBadge is the CSS class of a status badge: good, bad, warn or
-// neutral.
+// neutral. Payment states have theirs (paymentBadges); the other words
+// are those of operations, runs, discrepancies and provider calls.
 func statusBadge(status string) string {
+	if badge, ok := paymentBadges[orchestrator.Status(status)]; ok {
+		return badge
+	}
 	switch status {
-	case "authorized", "captured", "succeeded", "resolved", "ok", "success", "completed":
+	case "succeeded", "resolved", "ok", "success", "completed":
 		return "good"
-	case "failed", "declined", "error", "open", "expired":
+	case "declined", "error", "open":
 		return "bad"
-	case "pending", "running", "unknown", "partially_refunded", "timeout":
+	case "running", "unknown", "timeout":
 		return "warn"
 	}
 	return "neutral"

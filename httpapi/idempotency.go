@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -24,20 +23,23 @@ const (
 
 // result is what one execution of a keyed request answers.
 type result struct {
-	status    int
-	body      any
-	location  string
+	// final is the final answer, stored for replays and sent: a success
+	// or a final refusal (orchestrator.Claim.Answer, JSONAnswer). Nil
+	// when the outcome is not final: pending (status, body and location
+	// are sent, nothing is stored) or an error (returned). Either way the
+	// key's lease is released.
+	final *orchestrator.StoredResponse
+	// paymentID is the payment the answer is about, if any.
 	paymentID string
-	// pending: the provider's answer is unknown; not stored, lock released.
-	pending bool
+	// The answer when the provider's answer is unknown (202).
+	status   int
+	body     any
+	location string
 }
 
-// storedCodes are the business refusals stored as final answers; every
-// other error is not stored and the key's lock is released.
-var storedCodes = map[orchestrator.Code]bool{
-	orchestrator.CodePaymentDeclined:         true,
-	orchestrator.CodePaymentStateConflict:    true,
-	orchestrator.CodeAmountExceedsAuthorized: true,
+// finalResult is the result of an execution whose answer is final.
+func finalResult(stored orchestrator.StoredResponse, paymentID string) result {
+	return result{final: &stored, paymentID: paymentID}
 }
 
 // idempotencyKey validates the Idempotency-Key header. Errors:
@@ -95,7 +97,8 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 	c.SetRequest(req.WithContext(ctx))
 
 	begin, err := s.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{
-		TenantID: p.TenantID, Scope: p.IdempotencyScope(), Operation: op, Key: key, Fingerprint: fp})
+		TenantID: p.TenantID, Scope: p.IdempotencyScope(), Operation: op, Key: key, Fingerprint: fp,
+		RequestID: c.Response().Header().Get(echo.HeaderXRequestID)})
 	outcome := idempotencyOutcome(begin, err)
 	s.recordIdempotency(ctx, c, op, outcome)
 	if !begin.ExpiresAt.IsZero() {
@@ -126,40 +129,35 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 	xctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ExecutionTimeout)
 	defer cancel()
 	res, execErr := exec(xctx, claim)
-
-	if done := claim.Completed(); done != nil { // stored with the outcome's own write
-		execResult = "stored"
-		return s.sendStored(c, *done)
+	if code := orchestrator.ErrorCode(execErr); code.IsFinal() {
+		c.Set(errorCodeKey, code) // a refusal stored as the final answer
 	}
-	stored, storable, err := s.storedResponse(c, res, execErr)
-	switch {
-	case err != nil:
-		_ = s.svc.ReleaseIdempotent(xctx, claim)
-		return err
-	case storable:
-	case execErr == nil: // pending: answer 202, keep nothing
-		execResult = "pending"
-		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
-			s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
+
+	stored := claim.Completed() // stored with the outcome's own write
+	if stored == nil && res.final != nil {
+		if err := s.svc.CompleteIdempotent(xctx, claim, res.paymentID, *res.final); err != nil {
+			if !errors.Is(err, orchestrator.ErrLeaseLost) {
+				return err
+			}
+			s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with this execution's result")
 		}
-		if res.location != "" {
-			c.Response().Header().Set(echo.HeaderLocation, res.location)
-		}
-		return c.JSON(res.status, res.body)
-	default:
-		if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
-			s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
-		}
+		stored = res.final
+	}
+	if stored != nil {
+		execResult = "stored"
+		return s.sendStored(c, *stored)
+	}
+	if err := s.svc.ReleaseIdempotent(xctx, claim); err != nil {
+		s.logger.ErrorContext(ctx, "release idempotency key", "error", err)
+	}
+	if execErr != nil {
 		return execErr
 	}
-	if err := s.svc.CompleteIdempotent(xctx, claim, res.paymentID, stored); err != nil {
-		if !errors.Is(err, orchestrator.ErrLeaseLost) {
-			return err
-		}
-		s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with this execution's result")
+	execResult = "pending" // answer 202, keep nothing
+	if res.location != "" {
+		c.Response().Header().Set(echo.HeaderLocation, res.location)
 	}
-	execResult = "stored"
-	return s.sendStored(c, stored)
+	return c.JSON(res.status, res.body)
 }
 
 // sendStored answers with a stored response as it was stored.
@@ -169,33 +167,4 @@ func (s *Server) sendStored(c echo.Context, stored orchestrator.StoredResponse) 
 		h.Set(k, v)
 	}
 	return c.Blob(stored.Status, stored.Header[echo.HeaderContentType], stored.Body)
-}
-
-// storedResponse renders an execution's final answer as it is stored for
-// replays: storable is false for answers that are not stored (pending,
-// 5xx and other errors outside storedCodes).
-func (s *Server) storedResponse(c echo.Context, res result, execErr error) (stored orchestrator.StoredResponse, storable bool, err error) {
-	switch {
-	case execErr == nil && !res.pending:
-		body, err := json.Marshal(res.body)
-		if err != nil {
-			return stored, false, err
-		}
-		stored = orchestrator.StoredResponse{Status: res.status, Body: append(body, '\n'),
-			Header: map[string]string{echo.HeaderContentType: echo.MIMEApplicationJSON}}
-		if res.location != "" {
-			stored.Header[echo.HeaderLocation] = res.location
-		}
-		return stored, true, nil
-	case execErr != nil && storedCodes[orchestrator.ErrorCode(execErr)]:
-		var appErr *orchestrator.Error
-		errors.As(execErr, &appErr)
-		c.Set(errorCodeKey, appErr.Code)
-		prob := s.problem(c, appErr)
-		prob.PaymentID = res.paymentID
-		body, _ := json.Marshal(prob)
-		return orchestrator.StoredResponse{Status: prob.Status, Body: append(body, '\n'),
-			Header: map[string]string{echo.HeaderContentType: "application/problem+json"}}, true, nil
-	}
-	return stored, false, nil
 }

@@ -31,8 +31,6 @@ type amountRequest struct {
 // emptyRequest is the body of cancel: nothing, or {}.
 type emptyRequest struct{}
 
-func paymentLocation(id string) string { return "/v1/payments/" + id }
-
 // createPayment: POST /v1/payments (merchant).
 func (s *Server) createPayment(c echo.Context) error {
 	var req createPaymentRequest
@@ -54,43 +52,57 @@ func (s *Server) createPayment(c echo.Context) error {
 	id := orchestrator.PaymentID(p.TenantID, key)
 	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
 	in.Fingerprint = fp
-	answer := func(out orchestrator.Outcome, err error) (result, error) {
-		res := result{status: http.StatusCreated, body: out.Payment, location: paymentLocation(id), paymentID: id, pending: out.Pending}
-		if out.Pending {
-			res.status = http.StatusAccepted
-		}
-		return res, err
-	}
 	return s.idempotent(c, orchestrator.OpAuthorize, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
-		// The settling write stores the answer too (one statement less).
-		claim.Render = func(out orchestrator.Outcome, err error) (orchestrator.StoredResponse, bool) {
-			res, err := answer(out, err)
-			stored, ok, rerr := s.storedResponse(c, res, err)
-			return stored, ok && rerr == nil
-		}
-		return answer(s.svc.Authorize(ctx, claim, in))
+		out, err := s.svc.Authorize(ctx, claim, in)
+		return moneyResult(claim, id, out, err)
 	})
+}
+
+// moneyResult is the result of a money request's execution about payment
+// id: the domain's final answer (orchestrator.Claim.Answer; nothing more
+// when the settling write stored it already), or, when the provider's
+// answer is unknown, 202 with the payment (or refund) and the payment's
+// Location, not stored.
+func moneyResult(claim *orchestrator.Claim, id string, out orchestrator.Outcome, err error) (result, error) {
+	if claim.Completed() != nil {
+		return result{paymentID: id}, err
+	}
+	if err == nil && out.Pending {
+		res := result{paymentID: id, status: http.StatusAccepted, body: out.Payment, location: orchestrator.PaymentLocation(id)}
+		if out.Refund != nil {
+			res.body = out.Refund
+		}
+		return res, nil
+	}
+	stored, final, aerr := claim.Answer(id, out, err)
+	if aerr != nil {
+		return result{}, aerr
+	}
+	if !final {
+		return result{paymentID: id}, err
+	}
+	return finalResult(stored, id), err
 }
 
 // capturePayment: POST /v1/payments/{id}/capture (merchant).
 func (s *Server) capturePayment(c echo.Context) error {
-	return s.paymentOperation(c, orchestrator.OpCapture, http.StatusOK, (*orchestrator.Service).Capture)
+	return s.paymentOperation(c, orchestrator.OpCapture, (*orchestrator.Service).Capture)
 }
 
 // cancelPayment: POST /v1/payments/{id}/cancel (merchant).
 func (s *Server) cancelPayment(c echo.Context) error {
-	return s.paymentOperation(c, orchestrator.OpCancel, http.StatusOK, (*orchestrator.Service).Cancel)
+	return s.paymentOperation(c, orchestrator.OpCancel, (*orchestrator.Service).Cancel)
 }
 
 // refundPayment: POST /v1/payments/{id}/refunds (merchant).
 func (s *Server) refundPayment(c echo.Context) error {
-	return s.paymentOperation(c, orchestrator.OpRefund, http.StatusCreated, (*orchestrator.Service).Refund)
+	return s.paymentOperation(c, orchestrator.OpRefund, (*orchestrator.Service).Refund)
 }
 
 type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Claim, orchestrator.OperationInput) (orchestrator.Outcome, error)
 
 // paymentOperation is the one handler shape of capture, cancel and refund.
-func (s *Server) paymentOperation(c echo.Context, op string, okStatus int, do operationFunc) error {
+func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) error {
 	id := c.Param("id")
 	var req amountRequest
 	var dst any = &req
@@ -114,15 +126,7 @@ func (s *Server) paymentOperation(c echo.Context, op string, okStatus int, do op
 	return s.idempotent(c, op, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
 		out, err := do(s.svc, ctx, claim, orchestrator.OperationInput{
 			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value})
-		res := result{status: okStatus, body: out.Payment, paymentID: id, pending: out.Pending}
-		if out.Refund != nil {
-			res.body = out.Refund
-		}
-		if out.Pending {
-			res.status = http.StatusAccepted
-			res.location = paymentLocation(id)
-		}
-		return res, err
+		return moneyResult(claim, id, out, err)
 	})
 }
 
@@ -195,7 +199,7 @@ func (s *Server) listPayments(c echo.Context) error {
 	var f orchestrator.ListFilter
 	if v := q.Get("status"); v != "" {
 		st := orchestrator.Status(v)
-		if !knownStatus(st) {
+		if !st.Known() {
 			return orchestrator.ParamError("status", "unknown status %q", v)
 		}
 		f.Status = st
@@ -228,15 +232,6 @@ func (s *Server) listPayments(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, newList(ps, more))
-}
-
-func knownStatus(s orchestrator.Status) bool {
-	switch s {
-	case orchestrator.StatusPending, orchestrator.StatusAuthorized, orchestrator.StatusFailed, orchestrator.StatusCaptured,
-		orchestrator.StatusCanceled, orchestrator.StatusExpired, orchestrator.StatusPartiallyRefunded, orchestrator.StatusRefunded:
-		return true
-	}
-	return false
 }
 
 // The range of time parameters: the Unix epoch to the last second of year

@@ -12,71 +12,10 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 )
 
-// problemType prefixes every problem's `type`: a stable URN per code.
-const problemType = "urn:payorch:problem:"
-
-// problemStatus is the one code → HTTP status table.
-var problemStatus = map[orchestrator.Code]int{
-	orchestrator.CodeIdempotencyKeyMissing:   http.StatusBadRequest,
-	orchestrator.CodeIdempotencyKeyInvalid:   http.StatusBadRequest,
-	orchestrator.CodeIdempotencyKeyReused:    http.StatusConflict,
-	orchestrator.CodeIdempotencyKeyInUse:     http.StatusConflict,
-	orchestrator.CodeValidationFailed:        http.StatusBadRequest,
-	orchestrator.CodePaymentDeclined:         http.StatusPaymentRequired,
-	orchestrator.CodePaymentStateConflict:    http.StatusConflict,
-	orchestrator.CodeAmountExceedsAuthorized: http.StatusUnprocessableEntity,
-	orchestrator.CodeNotFound:                http.StatusNotFound,
-	orchestrator.CodeConflict:                http.StatusConflict,
-	orchestrator.CodeMethodNotAllowed:        http.StatusMethodNotAllowed,
-	orchestrator.CodeUnauthorized:            http.StatusUnauthorized,
-	orchestrator.CodeForbidden:               http.StatusForbidden,
-	orchestrator.CodeBodyTooLarge:            http.StatusRequestEntityTooLarge,
-	orchestrator.CodeUnsupportedMediaType:    http.StatusUnsupportedMediaType,
-	orchestrator.CodeProviderUnavailable:     http.StatusServiceUnavailable,
-	orchestrator.CodeRateLimited:             http.StatusTooManyRequests,
-	orchestrator.CodeUnavailable:             http.StatusServiceUnavailable,
-	orchestrator.CodeInternal:                http.StatusInternalServerError,
-}
-
-// problemTitle is a short, fixed, human summary per code.
-var problemTitle = map[orchestrator.Code]string{
-	orchestrator.CodeIdempotencyKeyMissing:   "Idempotency-Key header missing",
-	orchestrator.CodeIdempotencyKeyInvalid:   "Idempotency-Key header invalid",
-	orchestrator.CodeIdempotencyKeyReused:    "Idempotency key reused with a different request",
-	orchestrator.CodeIdempotencyKeyInUse:     "Idempotency key in use",
-	orchestrator.CodeValidationFailed:        "Validation failed",
-	orchestrator.CodePaymentDeclined:         "Payment declined",
-	orchestrator.CodePaymentStateConflict:    "Payment state conflict",
-	orchestrator.CodeAmountExceedsAuthorized: "Amount exceeds authorized",
-	orchestrator.CodeNotFound:                "Not found",
-	orchestrator.CodeConflict:                "Conflict",
-	orchestrator.CodeMethodNotAllowed:        "Method not allowed",
-	orchestrator.CodeUnauthorized:            "Unauthorized",
-	orchestrator.CodeForbidden:               "Forbidden",
-	orchestrator.CodeBodyTooLarge:            "Request body too large",
-	orchestrator.CodeUnsupportedMediaType:    "Unsupported media type",
-	orchestrator.CodeProviderUnavailable:     "Payment provider unavailable",
-	orchestrator.CodeRateLimited:             "Too many requests",
-	orchestrator.CodeUnavailable:             "Service unavailable",
-	orchestrator.CodeInternal:                "Internal error",
-}
-
-// Problem is an RFC 9457 problem details body, with payorch's extensions.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Code   string `json:"code"`
-	Param  string `json:"param,omitempty"`
-	// Fields names request fields (never their values) the problem is
-	// about, e.g. those that differ on idempotency_key_reused.
-	Fields    []string `json:"fields,omitempty"`
-	RequestID string   `json:"request_id,omitempty"`
-	// PaymentID names the payment a business refusal is about (a declined
-	// payment's id, for instance).
-	PaymentID string `json:"payment_id,omitempty"`
-}
+// Problem is an RFC 9457 problem details body, with payorch's extensions
+// (orchestrator.Problem: the domain decides stored refusals too, from the
+// same table of codes).
+type Problem = orchestrator.Problem
 
 // problemFor turns any error into the Problem a client may see and, for
 // internal errors, reports that the detail must be logged.
@@ -140,24 +79,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 
 // problem builds the body for e; internal errors get no detail.
 func (s *Server) problem(c echo.Context, e *orchestrator.Error) Problem {
-	status, ok := problemStatus[e.Code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	p := Problem{
-		Type:      problemType + string(e.Code),
-		Title:     problemTitle[e.Code],
-		Status:    status,
-		Detail:    e.Message,
-		Code:      string(e.Code),
-		Param:     e.Param,
-		Fields:    e.Fields,
-		RequestID: c.Response().Header().Get(echo.HeaderXRequestID),
-	}
-	if status == http.StatusInternalServerError {
-		p.Detail = "internal error; quote request_id to support"
-	}
-	return p
+	return orchestrator.NewProblem(e, c.Response().Header().Get(echo.HeaderXRequestID))
 }
 
 func writeProblem(c echo.Context, p Problem) {

@@ -59,7 +59,11 @@ func (s *Server) startRun(c echo.Context) error {
 		s.background(func(ctx context.Context) {
 			_, _ = s.rec.Execute(ctx, run) // the outcome is recorded on the run
 		})
-		return result{status: http.StatusAccepted, body: run, location: runLocation(run.ID)}, nil
+		stored, err := orchestrator.JSONAnswer(http.StatusAccepted, run, runLocation(run.ID))
+		if err != nil {
+			return result{}, err
+		}
+		return finalResult(stored, ""), nil
 	})
 }
 
@@ -173,7 +177,14 @@ func (s *Server) resolveDiscrepancy(c echo.Context) error {
 	p := principal(c)
 	return s.idempotent(c, opResolve, key, fp, func(ctx context.Context, _ *orchestrator.Claim) (result, error) {
 		d, err := s.rec.Resolve(ctx, id, req.Note, p.KeyID)
-		return result{status: http.StatusOK, body: d}, err
+		if err != nil {
+			return result{}, err
+		}
+		stored, err := orchestrator.JSONAnswer(http.StatusOK, d, "")
+		if err != nil {
+			return result{}, err
+		}
+		return finalResult(stored, ""), nil
 	})
 }
 

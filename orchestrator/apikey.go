@@ -47,13 +47,13 @@ type Principal struct {
 
 // APIKey is an API key as stored: everything but the secret.
 type APIKey struct {
-	ID          string     `json:"id"`
-	Role        Role       `json:"role"`
-	TenantID    *int64     `json:"tenant_id"`
-	Description string     `json:"description"`
-	CreatedAt   time.Time  `json:"created_at"`
-	LastUsedAt  *time.Time `json:"last_used_at"`
-	RevokedAt   *time.Time `json:"revoked_at"`
+	ID          string     `json:"id" db:"id"`
+	Role        Role       `json:"role" db:"role"`
+	TenantID    *int64     `json:"tenant_id" db:"tenant_id"`
+	Description string     `json:"description" db:"description"`
+	CreatedAt   time.Time  `json:"created_at" db:"created_at"`
+	LastUsedAt  *time.Time `json:"last_used_at" db:"last_used_at"`
+	RevokedAt   *time.Time `json:"revoked_at" db:"revoked_at"`
 }
 
 // API keys read "pok_<16 hex id>_<43 base64url secret>". The id part is
@@ -138,7 +138,7 @@ func (s *Service) createAPIKey(ctx context.Context, tx pgx.Tx, role Role, tenant
 		VALUES ($1, $2, $3, $4, $5, $6)
 		RETURNING id, role, tenant_id, description, created_at, last_used_at, revoked_at`
 	rows, _ := tx.Query(ctx, q, id, tenant, role, hash, description, s.now())
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[APIKey])
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[APIKey])
 	if err != nil {
 		if code, con := constraintOf(err); code == pgForeignKeyViolation && con == "api_keys_tenant_id_fkey" {
 			return APIKey{}, "", Errorf(CodeNotFound, "tenant %d does not exist", tenantID)
@@ -156,7 +156,7 @@ func (s *Service) ListAPIKeys(ctx context.Context, tenantID int64) ([]APIKey, er
 		WHERE $1::bigint = 0 OR tenant_id = $1
 		ORDER BY created_at DESC, id`
 	rows, _ := s.pool.Query(ctx, q, tenantID)
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[APIKey])
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[APIKey])
 	if err != nil {
 		return nil, internalf("list api keys: %w", err)
 	}
@@ -171,7 +171,7 @@ func (s *Service) RevokeAPIKey(ctx context.Context, id string) (APIKey, error) {
 		WHERE id = $1
 		RETURNING id, role, tenant_id, description, created_at, last_used_at, revoked_at`
 	rows, _ := s.pool.Query(ctx, q, id, s.now())
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[APIKey])
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[APIKey])
 	// Committed (or maybe, on an error): this instance drops the key now,
 	// after the commit, so no read from before it is cached after it; the
 	// others drop it when the notification reaches them.

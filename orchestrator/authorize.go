@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"slices"
 	"time"
@@ -132,52 +131,79 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	// One statement (createPaymentSQL), so one round trip and one
 	// transaction. When the payment exists already (a resumed request, or
 	// a purged key), nothing is written and it is read instead.
-	now := s.now()
-	ck := claimArgs(c)
-	rows, _ := s.pool.Query(ctx, createPaymentSQL, in.TenantID, id, in.Key, in.Fingerprint.Hash, in.Fingerprint.Fields, in.AmountMinor,
-		in.Currency, in.Provider, in.PaymentMethod, in.Description, in.Metadata, now,
-		ck.tenantID, ck.operation, ck.key, ck.token, "payment_created")
-	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	rows, _ := s.pool.Query(ctx, createPaymentSQL, withClaim(c, namedArgs{
+		"tenant_id": in.TenantID, "payment_id": id, "key": in.Key,
+		"request_hash": in.Fingerprint.Hash, "field_hashes": in.Fingerprint.Fields,
+		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": in.Provider,
+		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
+		"now": s.now(),
+	}))
+	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	if isNoRows(err) {
-		rows, _ = s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, in.TenantID, id)
-		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		rows, _ = s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": id})
+		p, err = pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	}
 	if err != nil {
 		return Outcome{}, internalf("create payment: %w", err)
 	}
-	if string(p.requestHash) != string(in.Fingerprint.Hash) {
+	if string(p.RequestHash) != string(in.Fingerprint.Hash) {
 		// The key's record is gone (expired and purged) but the payment
 		// keeps the first request's fingerprint.
-		return Outcome{}, reusedError(p.fieldHashes, in.Fingerprint.Fields)
+		return Outcome{}, reusedError(p.FieldHashes, in.Fingerprint.Fields)
 	}
 	if p.Status != StatusPending {
-		return authorizeResult(p)
+		return authorizeResult(p.Payment)
 	}
 	if p.ProviderRef != nil {
 		// An earlier attempt got as far as the provider's reference: one
 		// lookup settles it, and only a hold that was never confirmed is
 		// authorized again. (Re-creating it could otherwise place a second
 		// hold once the provider has forgotten the key, after 24h at Stripe.)
-		return s.resolvePayment(ctx, c, p)
+		return s.resolvePayment(ctx, c, p.Payment)
 	}
-	return s.authorizeAtProvider(ctx, c, p, providers.ForwardedKey(in.TenantID, OpAuthorize, in.Key))
+	return s.authorizeAtProvider(ctx, c, p.Payment, providers.ForwardedKey(in.TenantID, OpAuthorize, in.Key))
 }
 
+// The pgbench script of the hot path (testdata/bench/authorize_hot_path.sql)
+// is generated from the statements of a new authorization, and checked
+// against them by TestHotPathScript.
+//go:generate go test -run ^TestHotPathScript$ -update-hot-path .
+
 // createPaymentSQL writes a new pending payment, its first event and the
-// key's checkpoint, or nothing when the payment exists.
-var createPaymentSQL = `
+// key's recovery point, or nothing when the payment exists (then it
+// returns no row).
+//
+// The statements of the money path are written out whole, each next to
+// the function that runs it, so that each reads on its own: some text
+// repeats from one to the next (the payment's columns, the CTE that moves
+// the key's recovery point, the row of a provider call). Their arguments
+// are named (namedArgs: a name missing or left over is an
+// error), and their rows are read by column name.
+const createPaymentSQL = `
 	WITH p AS (
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 			currency, provider, payment_method, description, metadata, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $10, $11, $12, $12)
+		VALUES (@tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
+			@currency, @provider, @payment_method, @description, @metadata, @now, @now)
 		ON CONFLICT (tenant_id, id) DO NOTHING
-		RETURNING ` + paymentCols + `
+		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+			capture_before, created_at, updated_at, request_hash, field_hashes
 	), event AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
-		SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), $12
+		SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), @now
 		FROM p
-	), ` + checkpointCTE(12, 13) + `
-	SELECT ` + paymentCols + ` FROM p`
+	), checkpoint AS (
+		UPDATE idempotency_keys k SET recovery_point = 'payment_created', payment_id = coalesce(k.payment_id, p.id),
+			updated_at = @now
+		FROM p
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
+	)
+	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes
+	FROM p`
 
 // authorizeResult maps a settled payment to the answer of its authorize
 // request: a failed payment is payment_declined.
@@ -192,6 +218,12 @@ func authorizeResult(p Payment) (Outcome, error) {
 	return Outcome{Payment: p, Pending: p.Status == StatusPending}, nil
 }
 
+// saveReferenceSQL saves the provider's reference of a hold as soon as
+// the provider gives it, before the hold is confirmed.
+const saveReferenceSQL = `
+	UPDATE payments SET provider_ref = @provider_ref
+	WHERE tenant_id = @tenant_id AND id = @payment_id AND provider_ref IS NULL`
+
 // authorizeAtProvider calls the provider for a pending payment with its
 // forwarded key and records the answer. Used by requests and the resolver.
 func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, fwd string) (Outcome, error) {
@@ -204,8 +236,8 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, Description: p.Description,
 		OnReference: func(ctx context.Context, ref string) error {
-			const q = `UPDATE payments SET provider_ref = $3 WHERE tenant_id = $1 AND id = $2 AND provider_ref IS NULL`
-			tag, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, ref)
+			tag, err := s.pool.Exec(ctx, saveReferenceSQL, namedArgs{
+				"tenant_id": p.TenantID, "payment_id": p.ID, "provider_ref": ref})
 			if err == nil && tag.RowsAffected() == 1 {
 				saved = ref
 			}
@@ -224,81 +256,97 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 	return s.settleAuthorize(ctx, c, p, hold, err, &call)
 }
 
-// settleAuthorizeSQL settles a pending payment: the payment, the provider
-// call that settled it (when $8 is not NULL) and the state change, in that
-// order in the history, and then the key, in one statement. The call is
-// recorded even when the payment was settled meanwhile (p is empty). The
-// last column says whether the key was completed.
-var settleAuthorizeHead = `
+// settleAuthorizeSQL settles a pending payment in one statement: the
+// payment; the provider call that settled it (when @call_operation is not
+// NULL) and the state change, in that order, in its history; and the
+// key's recovery point. The call is recorded even when the payment was
+// settled meanwhile (then p is empty and the statement returns no row).
+const settleAuthorizeSQL = `
 	WITH p AS (
-		UPDATE payments SET status = $3, provider_ref = coalesce($4, provider_ref), capture_before = $5,
-			failure_code = $6, updated_at = $7
-		WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
-		RETURNING ` + paymentCols + `
+		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
+			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
+		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending'
+		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+			capture_before, created_at, updated_at, request_hash, field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
-		` + providerCallRow(1, 2, 8) + `
+		SELECT @tenant_id, @payment_id, 'provider_call', @call_operation::text, @call_forwarded_key::text,
+			@call_outcome::text, @call_latency_ms::double precision, NULL::text, NULL::text, @call_detail::jsonb,
+			@call_at::timestamptz
+		WHERE @call_operation::text IS NOT NULL
 		UNION ALL
-		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, $14::jsonb, $7
+		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, @detail::jsonb, @now
 		FROM p
-	), `
+	), checkpoint AS (
+		UPDATE idempotency_keys k SET recovery_point = 'provider_settled', payment_id = coalesce(k.payment_id, p.id),
+			updated_at = @now
+		FROM p
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
+	)
+	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes, false AS completed
+	FROM p`
 
-var (
-	// settleAuthorizeSQL moves the key's recovery point ($15 to $19).
-	settleAuthorizeSQL = settleAuthorizeHead + checkpointCTE(7, 15) + `
-	SELECT ` + paymentCols + `, false FROM p`
-	// settleCompleteSQL completes the key ($15 to $18) with the response
-	// rendered beforehand ($19 to $21).
-	settleCompleteSQL = settleAuthorizeHead + `complete AS (
-		UPDATE idempotency_keys k SET status = 'completed', response_status = $19, response_headers = $20,
-			response_body = $21, payment_id = p.id, recovery_point = 'finished', lock_token = NULL,
-			locked_until = NULL, updated_at = $7
+// settleCompleteSQL is settleAuthorizeSQL that completes the key with
+// its stored answer (@response_status, @response_headers,
+// @response_body) and releases its lease, instead of moving its recovery
+// point: one statement and one commit fewer on the hot path. completed
+// says whether the key was completed (its lease still held).
+const settleCompleteSQL = `
+	WITH p AS (
+		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
+			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
+		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending'
+		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+			capture_before, created_at, updated_at, request_hash, field_hashes
+	), events AS (
+		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
+			from_status, to_status, detail, created_at)
+		SELECT @tenant_id, @payment_id, 'provider_call', @call_operation::text, @call_forwarded_key::text,
+			@call_outcome::text, @call_latency_ms::double precision, NULL::text, NULL::text, @call_detail::jsonb,
+			@call_at::timestamptz
+		WHERE @call_operation::text IS NOT NULL
+		UNION ALL
+		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, @detail::jsonb, @now
 		FROM p
-		WHERE k.tenant_id = $15 AND k.operation = $16 AND k.key = $17 AND k.lock_token = $18::uuid
+	), complete AS (
+		UPDATE idempotency_keys k SET status = 'completed', response_status = @response_status,
+			response_headers = @response_headers, response_body = @response_body, payment_id = p.id,
+			recovery_point = 'finished', lock_token = NULL, locked_until = NULL, updated_at = @now
+		FROM p
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
 		RETURNING 1
 	)
-	SELECT ` + paymentCols + `, EXISTS (SELECT 1 FROM complete) FROM p`
-)
+	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes,
+		EXISTS (SELECT 1 FROM complete) AS completed
+	FROM p`
+
+// settledRow is a row of settleAuthorizeSQL and settleCompleteSQL.
+type settledRow struct {
+	paymentRow
+	Completed bool `db:"completed"`
+}
 
 // settleAuthorize records a provider's answer to an authorization of a
 // pending payment. call is the provider call that gave the answer, still
 // to be recorded in the payment's history, or nil when it is recorded
 // already.
 func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error, call *providerCall) (Outcome, error) {
-	var to Status
-	var failure *string
-	switch kind := providers.KindOf(callErr); {
-	case callErr == nil && hold.Status == providers.StatusAuthorized:
-		to = StatusAuthorized
-	case callErr == nil && hold.Status == providers.StatusDeclined:
-		to = StatusFailed
-		code := hold.DeclineCode
-		failure = &code
-	case callErr == nil:
+	to, failure, ok := settledBy(hold, callErr)
+	if !ok {
 		s.recordCall(ctx, p, call)
-		s.logger.WarnContext(ctx, "provider answered authorize with an unexpected status; payment stays pending",
-			"payment_id", p.ID, "provider_status", hold.Status)
-		return Outcome{Payment: p, Pending: true}, nil
-	case kind == providers.KindDeclined || kind == providers.KindRejected:
-		if providers.CodeOf(callErr) == providers.CodeIdempotencyMismatch {
-			s.recordCall(ctx, p, call)
-			return Outcome{}, internalf("provider refused forwarded key of %s: %w", p.ID, callErr)
-		}
-		to = StatusFailed
-		code := providers.CodeOf(callErr)
-		failure = &code
-	case kind == providers.KindNotExecuted:
-		s.recordCall(ctx, p, call)
-		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
-			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
-	default: // unknown outcome: keep pending, settle later with the same key
-		s.recordCall(ctx, p, call)
-		return Outcome{Payment: p, Pending: true}, nil
+		return s.stillPending(ctx, p, hold, callErr)
 	}
-
 	// Times are kept to the microsecond, as PostgreSQL keeps them, so the
-	// payment written is the payment predicted below.
+	// payment written is the payment predicted here.
 	now := s.now().Truncate(time.Microsecond).UTC()
 	settled := p
 	settled.Status, settled.FailureCode, settled.UpdatedAt = to, failure, now
@@ -314,40 +362,36 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	if failure != nil {
 		detail["failure_code"] = *failure
 	}
-	args := append([]any{p.TenantID, p.ID, to, nullIfEmpty(hold.Ref), settled.CaptureBefore, failure, now},
-		call.args()...)
-	args = append(args, detail)
-	ck := claimArgs(c)
+	args := withCall(call, withClaim(c, namedArgs{
+		"tenant_id": p.TenantID, "payment_id": p.ID, "status": to, "provider_ref": nullIfEmpty(hold.Ref),
+		"capture_before": settled.CaptureBefore, "failure_code": failure, "now": now, "detail": detail,
+	}))
 	q := settleAuthorizeSQL
-	// With a renderer, the answer to store is rendered from the settled
-	// payment as predicted, and stored by the same statement.
+	// A request's answer is decided from the settled payment as predicted,
+	// and stored by the same statement.
 	var stored *StoredResponse
-	if c != nil && c.Render != nil {
-		if res, ok := c.Render(authorizeResult(settled)); ok {
+	if c != nil {
+		out, err := authorizeResult(settled)
+		if res, final, err := c.Answer(p.ID, out, err); err == nil && final {
 			stored = &res
 			q = settleCompleteSQL
-			args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, res.Status, res.Header, res.Body)
+			args["response_status"], args["response_headers"], args["response_body"] = res.Status, res.Header, res.Body
 		}
 	}
-	if stored == nil {
-		args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
-	}
-	var completed bool
-	rows, _ := s.pool.Query(ctx, q, args...)
-	out, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Payment, error) {
-		return scanPaymentAnd(row, &completed)
-	})
+	rows, _ := s.pool.Query(ctx, q, args)
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledRow])
+	out := row.Payment
+	out.normalize()
 	if isNoRows(err) {
 		// Settled meanwhile by another execution or the resolver (the call
 		// is recorded all the same).
-		rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID)
-		out, err = pgx.CollectExactlyOneRow(rows, scanPayment)
+		out, err = s.readPayment(ctx, p.TenantID, p.ID)
 	}
 	if err != nil {
 		s.callNotRecorded(ctx, p, call, err)
 		return Outcome{}, internalf("settle authorization: %w", err)
 	}
-	if completed {
+	if row.Completed {
 		if err := s.checkStored(ctx, c, stored, settled, out); err != nil {
 			return Outcome{}, err
 		}
@@ -355,12 +399,48 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	return authorizeResult(out)
 }
 
-// checkStored makes sure the response a settling statement stored was
-// rendered from the payment it wrote: predicted is what it was rendered
+// settledBy is the state a provider's answer to an authorization settles
+// the pending payment in: authorized, or failed with the decline code.
+// ok is false when the answer leaves the payment pending (stillPending).
+func settledBy(hold providers.Hold, callErr error) (to Status, failure *string, ok bool) {
+	switch kind := providers.KindOf(callErr); {
+	case callErr == nil && hold.Status == providers.StatusAuthorized:
+		return StatusAuthorized, nil, true
+	case callErr == nil && hold.Status == providers.StatusDeclined:
+		code := hold.DeclineCode
+		return StatusFailed, &code, true
+	case (kind == providers.KindDeclined || kind == providers.KindRejected) &&
+		providers.CodeOf(callErr) != providers.CodeIdempotencyMismatch:
+		code := providers.CodeOf(callErr)
+		return StatusFailed, &code, true
+	}
+	return "", nil, false
+}
+
+// stillPending is the answer to an authorization whose provider answer
+// left payment p pending (settledBy).
+func (s *Service) stillPending(ctx context.Context, p Payment, hold providers.Hold, callErr error) (Outcome, error) {
+	switch kind := providers.KindOf(callErr); {
+	case callErr == nil:
+		s.logger.WarnContext(ctx, "provider answered authorize with an unexpected status; payment stays pending",
+			"payment_id", p.ID, "provider_status", hold.Status)
+		return Outcome{Payment: p, Pending: true}, nil
+	case kind == providers.KindDeclined || kind == providers.KindRejected: // it refused the forwarded key
+		return Outcome{}, internalf("provider refused forwarded key of %s: %w", p.ID, callErr)
+	case kind == providers.KindNotExecuted:
+		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
+			Message: "the payment provider did not take the request; retry with the same Idempotency-Key"}
+	}
+	// An unknown outcome: keep pending, settle later with the same key.
+	return Outcome{Payment: p, Pending: true}, nil
+}
+
+// checkStored makes sure the answer a settling statement stored was
+// decided from the payment it wrote: predicted is what it was decided
 // from, written what the statement returned. They are equal unless the
-// pending payment changed under the lease; then the stored response is
-// replaced, by compare-and-swap on the stored body, with one rendered
-// from the payment as written.
+// pending payment changed under the lease (another writer, a trigger);
+// then the stored answer is replaced, by compare-and-swap on the stored
+// body, with the answer of the payment as written.
 func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredResponse, predicted, written Payment) error {
 	a, errA := json.Marshal(predicted)
 	b, errB := json.Marshal(written)
@@ -383,113 +463,22 @@ func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredRespo
 	slices.Sort(fields)
 	s.logger.ErrorContext(ctx, "stored response was rendered from a payment that differs from the one written; storing it again",
 		"payment_id", written.ID, "fields", fields)
-	res, ok := c.Render(authorizeResult(written))
-	if !ok {
-		return internalf("payment %s: settled answer not storable", written.ID)
+	out, outErr := authorizeResult(written)
+	res, final, err := c.Answer(written.ID, out, outErr)
+	if err != nil || !final {
+		return internalf("payment %s: settled answer not storable: %v", written.ID, err)
 	}
 	const q = `
-		UPDATE idempotency_keys SET response_status = $4, response_headers = $5, response_body = $6
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND status = 'completed' AND response_body = $7`
-	tag, err := s.pool.Exec(ctx, q, c.TenantID, c.Operation, c.Key, res.Status, res.Header, res.Body, stored.Body)
+		UPDATE idempotency_keys SET response_status = @response_status, response_headers = @response_headers,
+			response_body = @response_body
+		WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
+			AND status = 'completed' AND response_body = @stored_body`
+	tag, err := s.pool.Exec(ctx, q, namedArgs{"tenant_id": c.TenantID, "scope": c.Scope, "operation": c.Operation, "key": c.Key,
+		"response_status": res.Status, "response_headers": res.Header, "response_body": res.Body, "stored_body": stored.Body})
 	if err != nil || tag.RowsAffected() != 1 {
 		return internalf("restore stored response of %s: %v (%d rows)", written.ID, err, tag.RowsAffected())
 	}
 	c.completed = &res
 	s.completed(c, res)
 	return nil
-}
-
-// providerCall is one provider call as a payment's history records it.
-type providerCall struct {
-	operation    string
-	forwardedKey string
-	outcome      string
-	latencyMS    float64
-	detail       map[string]any
-	at           time.Time
-}
-
-// callProvider runs one provider call (runProviderCall) and appends it to
-// the payment's history at once (recordCall).
-func (s *Service) callProvider(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) error {
-	pc, err := s.runProviderCall(ctx, p, operation, fwd, call)
-	s.recordCall(ctx, p, &pc)
-	return err
-}
-
-// runProviderCall runs one provider call under the provider timeout, in a
-// span of its own (operation, provider, forwarded key), records its
-// duration and outcome in metrics and the log, and returns it for the
-// payment's history: operation, forwarded key, outcome and latency.
-func (s *Service) runProviderCall(ctx context.Context, p Payment, operation, fwd string, call func(context.Context) error) (providerCall, error) {
-	sctx, span := s.tel.startProviderSpan(ctx, p, operation, fwd)
-	cctx, cancel := context.WithTimeout(sctx, s.providerTimeout)
-	start := time.Now()
-	err := call(cctx)
-	cancel()
-	elapsed := time.Since(start)
-	pc := providerCall{operation: operation, forwardedKey: fwd, outcome: "ok",
-		latencyMS: float64(elapsed.Microseconds()) / 1000, detail: map[string]any{"provider": p.Provider}, at: s.now()}
-	if err != nil {
-		pc.outcome = providers.KindOf(err).String()
-		if code := providers.CodeOf(err); code != "" {
-			pc.detail["code"] = code
-		}
-	}
-	s.tel.endProviderCall(sctx, span, p, operation, pc.outcome, err, elapsed)
-	s.logger.InfoContext(sctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
-		"forwarded_key", fwd, "outcome", pc.outcome, "latency_ms", pc.latencyMS)
-	return pc, err
-}
-
-// recordCall appends a provider call to the payment's history, on its own.
-// Best effort: the call already happened, and a failure is logged. A nil
-// call does nothing.
-func (s *Service) recordCall(ctx context.Context, p Payment, pc *providerCall) {
-	if pc == nil {
-		return
-	}
-	const q = `INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
-		VALUES ($1, $2, 'provider_call', $3, $4, $5, $6, $7, $8)`
-	if _, err := s.pool.Exec(ctx, q, p.TenantID, p.ID, pc.operation, pc.forwardedKey, pc.outcome, pc.latencyMS, pc.detail, pc.at); err != nil {
-		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", pc.operation, "error", err)
-	}
-}
-
-// providerCallRow is a SELECT of the payment_events row of a provider
-// call, for a statement that records the call with what it settled: $tenant
-// and $payment name the payment, $first to $first+5 are args' values. No
-// row when there is no call to record.
-func providerCallRow(tenant, payment, first int) string {
-	return fmt.Sprintf(`SELECT $%[1]d, $%[2]d, 'provider_call', $%[3]d::text, $%[4]d::text, $%[5]d::text, $%[6]d::double precision,
-			NULL::text, NULL::text, $%[7]d::jsonb, $%[8]d::timestamptz
-		WHERE $%[3]d::text IS NOT NULL`, tenant, payment, first, first+1, first+2, first+3, first+4, first+5)
-}
-
-// args are the six parameters of providerCallRow, all NULL (no row) for
-// a nil call.
-func (pc *providerCall) args() []any {
-	if pc == nil {
-		return []any{nil, nil, nil, nil, nil, nil}
-	}
-	return []any{pc.operation, pc.forwardedKey, pc.outcome, pc.latencyMS, pc.detail, pc.at}
-}
-
-// callNotRecorded logs a provider call whose recording statement failed.
-// Whether that statement committed is not known (the connection may have
-// died after the commit): writing the call again could record it twice, so
-// it goes to the log only.
-func (s *Service) callNotRecorded(ctx context.Context, p Payment, call *providerCall, err error) {
-	if call == nil {
-		return
-	}
-	s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", call.operation,
-		"forwarded_key", call.forwardedKey, "outcome", call.outcome, "latency_ms", call.latencyMS, "error", err)
-}
-
-func nullIfEmpty(v string) *string {
-	if v == "" {
-		return nil
-	}
-	return &v
 }

@@ -50,7 +50,7 @@ func TestAuthorize(t *testing.T) {
 		}
 		e.wantHistory(t, p.ID, "state_changed >pending", "provider_call authorize ok", "state_changed pending>authorized")
 
-		// The settling statement stored the answer (Claim.Render), and a
+		// The settling statement stored the answer (Claim.Answer), and a
 		// retry replays it byte for byte without calling the provider.
 		want, _ := render(a.out, nil)
 		if a.claim.Completed() == nil || string(a.claim.Completed().Body) != string(want.Body) {
@@ -79,7 +79,7 @@ func TestAuthorize(t *testing.T) {
 			t.Fatalf("declined payment: %+v", p)
 		}
 		sameJSON(t, "stored payment", e.payment(t, p.ID), p)
-		if a.stored == nil || a.stored.Status != 409 || !strings.Contains(string(a.stored.Body), p.ID) {
+		if a.stored == nil || a.stored.Status != 402 || !strings.Contains(string(a.stored.Body), p.ID) {
 			t.Fatalf("a decline is a final answer: stored %+v", a.stored)
 		}
 		e.wantOneHold(t, p, providers.StatusDeclined)

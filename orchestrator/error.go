@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -32,6 +33,58 @@ const (
 	CodeUnavailable             Code = "service_unavailable"
 	CodeInternal                Code = "internal"
 )
+
+// codeInfo is the one table of what each code says to a client: the HTTP
+// status of its answer, a short fixed title, and whether it is a final
+// refusal. httpapi's error handler and the stored answers of keyed
+// requests (answer.go) read it.
+var codeInfo = map[Code]struct {
+	status int
+	title  string
+	// final: a business refusal (a decline, a state conflict, an amount
+	// over what is authorized or left), the request's final answer,
+	// stored and replayed like a success (SPEC: Idempotency protocol).
+	final bool
+}{
+	CodeIdempotencyKeyMissing:   {http.StatusBadRequest, "Idempotency-Key header missing", false},
+	CodeIdempotencyKeyInvalid:   {http.StatusBadRequest, "Idempotency-Key header invalid", false},
+	CodeIdempotencyKeyReused:    {http.StatusConflict, "Idempotency key reused with a different request", false},
+	CodeIdempotencyKeyInUse:     {http.StatusConflict, "Idempotency key in use", false},
+	CodeValidationFailed:        {http.StatusBadRequest, "Validation failed", false},
+	CodePaymentDeclined:         {http.StatusPaymentRequired, "Payment declined", true},
+	CodePaymentStateConflict:    {http.StatusConflict, "Payment state conflict", true},
+	CodeAmountExceedsAuthorized: {http.StatusUnprocessableEntity, "Amount exceeds authorized", true},
+	CodeNotFound:                {http.StatusNotFound, "Not found", false},
+	CodeConflict:                {http.StatusConflict, "Conflict", false},
+	CodeMethodNotAllowed:        {http.StatusMethodNotAllowed, "Method not allowed", false},
+	CodeUnauthorized:            {http.StatusUnauthorized, "Unauthorized", false},
+	CodeForbidden:               {http.StatusForbidden, "Forbidden", false},
+	CodeBodyTooLarge:            {http.StatusRequestEntityTooLarge, "Request body too large", false},
+	CodeUnsupportedMediaType:    {http.StatusUnsupportedMediaType, "Unsupported media type", false},
+	CodeProviderUnavailable:     {http.StatusServiceUnavailable, "Payment provider unavailable", false},
+	CodeRateLimited:             {http.StatusTooManyRequests, "Too many requests", false},
+	CodeUnavailable:             {http.StatusServiceUnavailable, "Service unavailable", false},
+	CodeInternal:                {http.StatusInternalServerError, "Internal error", false},
+}
+
+// Status is the HTTP status of an answer refused with c; 500 for a code
+// not in the table.
+func (c Code) Status() int {
+	if info, ok := codeInfo[c]; ok {
+		return info.status
+	}
+	return http.StatusInternalServerError
+}
+
+// Title is a short, fixed, human summary of c; "" for a code not in the
+// table.
+func (c Code) Title() string { return codeInfo[c].title }
+
+// IsFinal reports whether a request refused with c has its final answer
+// (a decline, a state conflict, an amount over what is authorized or
+// left): stored and replayed like a success. Every other error is not
+// stored, and the key is released for a retry.
+func (c Code) IsFinal() bool { return codeInfo[c].final }
 
 // Error is the one application error type. Its Message is safe to show to a
 // client; Err (the cause) is for logs only and never leaves the process.

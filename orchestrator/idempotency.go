@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +25,10 @@ type IdempotencyRequest struct {
 	Operation   string
 	Key         string
 	Fingerprint Fingerprint
+	// RequestID names the request in the problem document of a final
+	// refusal stored for the key (Claim.Answer), so support can find its
+	// logs.
+	RequestID string
 }
 
 // StoredResponse is a final response kept for byte-identical replays.
@@ -54,17 +57,16 @@ type Claim struct {
 	// RecoveryPoint is the last step the key's executions recorded.
 	RecoveryPoint string
 	ExpiresAt     time.Time
-	// Render, when the caller sets it, turns the request's final outcome
-	// into the response to store (ok false: not stored, e.g. pending).
-	// With it, the statement that settles an authorization completes the
-	// key too, one write instead of two, and Completed returns what it
-	// stored.
-	Render    func(Outcome, error) (res StoredResponse, ok bool)
+	// RequestID is the IdempotencyRequest's.
+	RequestID string
+	// completed is the answer the request's final write stored.
 	completed *StoredResponse
 }
 
-// Completed returns the response stored with the request's final write,
-// or nil when the key is still to be completed (CompleteIdempotent).
+// Completed returns the answer stored with the request's final write (the
+// statement that settles an authorization stores its Answer too, one
+// write instead of two), or nil when the key is still to be completed
+// (CompleteIdempotent) or released.
 func (c *Claim) Completed() *StoredResponse { return c.completed }
 
 // Begin is the result of BeginIdempotent: exactly one of Claim (execute the
@@ -126,19 +128,66 @@ func newToken() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// keyRow is the stored state of a key, as read when a claim conflicts.
+// keyRow is a row of claimOrReadSQL: whether the key was claimed and, if
+// not, its stored state.
 type keyRow struct {
-	RequestHash     []byte
-	FieldHashes     map[string]string
-	Status          string
-	LockToken       *string
-	LockedUntil     *time.Time
-	RecoveryPoint   string
-	ResponseStatus  *int
-	ResponseHeaders map[string]string
-	ResponseBody    []byte
-	ExpiresAt       time.Time
+	Claimed         bool              `db:"claimed"`
+	RequestHash     []byte            `db:"request_hash"`
+	FieldHashes     map[string]string `db:"field_hashes"`
+	Status          string            `db:"status"`
+	LockToken       *string           `db:"lock_token"`
+	LockedUntil     *time.Time        `db:"locked_until"`
+	RecoveryPoint   string            `db:"recovery_point"`
+	ResponseStatus  *int              `db:"response_status"`
+	ResponseHeaders map[string]string `db:"response_headers"`
+	ResponseBody    []byte            `db:"response_body"`
+	ExpiresAt       time.Time         `db:"expires_at"`
 }
+
+// claimOrReadSQL claims a new key or, when the key exists, reads it, in
+// one round trip: the INSERT's conflict makes ins empty and the second
+// branch reads the row as the statement's snapshot saw it. A key
+// committed by another request after that snapshot was taken (its insert
+// conflicted but the read cannot see it) gives no row at all.
+const claimOrReadSQL = `
+	WITH ins AS (
+		INSERT INTO idempotency_keys (tenant_id, scope, operation, key, request_hash, field_hashes,
+			status, lock_token, locked_until, created_at, updated_at, expires_at)
+		VALUES (@tenant_id, @scope, @operation, @key, @request_hash, @field_hashes,
+			'in_progress', @token, @locked_until, @now, @now, @expires_at)
+		ON CONFLICT (tenant_id, operation, key, scope) DO NOTHING
+		RETURNING expires_at
+	)
+	SELECT true AS claimed, NULL::bytea AS request_hash, NULL::jsonb AS field_hashes, ''::text AS status,
+		NULL::text AS lock_token, NULL::timestamptz AS locked_until, 'started'::text AS recovery_point,
+		NULL::int AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body, expires_at
+	FROM ins
+	UNION ALL
+	SELECT false, request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
+		response_status, response_headers, response_body, expires_at
+	FROM idempotency_keys
+	WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
+		AND NOT EXISTS (SELECT 1 FROM ins)`
+
+// renewKeySQL starts an expired key (not yet purged) over under a new
+// lease, by compare-and-swap on the lease token read.
+const renewKeySQL = `
+	UPDATE idempotency_keys SET request_hash = @request_hash, field_hashes = @field_hashes, status = 'in_progress',
+		lock_token = @token, locked_until = @locked_until, recovery_point = 'started', takeovers = 0,
+		payment_id = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
+		created_at = @now, updated_at = @now, expires_at = @expires_at
+	WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope AND expires_at <= @now
+		AND lock_token IS NOT DISTINCT FROM @read_token::uuid
+	RETURNING expires_at`
+
+// takeOverKeySQL takes a released or expired lease over, by
+// compare-and-swap on the lease token read.
+const takeOverKeySQL = `
+	UPDATE idempotency_keys SET lock_token = @token, locked_until = @locked_until, updated_at = @now,
+		takeovers = takeovers + CASE WHEN @takeover THEN 1 ELSE 0 END
+	WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
+		AND status = 'in_progress' AND lock_token IS NOT DISTINCT FROM @read_token::uuid
+		AND (locked_until IS NULL OR locked_until <= @now)`
 
 // BeginIdempotent claims req's key or says why not (SPEC: Idempotency
 // protocol): a new key is claimed under the primary key; a completed one
@@ -154,129 +203,132 @@ func (s *Service) BeginIdempotent(ctx context.Context, req IdempotencyRequest) (
 		return Begin{}, internalf("idempotency key of tenant %d with scope %q: staff keys (tenant 0) need a scope, tenant keys have none",
 			req.TenantID, req.Scope)
 	}
-	rk := replayKey{req.TenantID, req.Scope, req.Operation, req.Key}
-	if e, ok := s.replays.get(rk, s.now()); ok {
+	if e, ok := s.replays.get(req.replayKey(), s.now()); ok {
 		if e.requestHash != string(req.Fingerprint.Hash) {
 			return Begin{ExpiresAt: e.expiresAt}, reusedError(e.fieldHashes, req.Fingerprint.Fields)
 		}
 		return Begin{ExpiresAt: e.expiresAt, Replay: e.response}, nil
 	}
-	newClaim := func(token string, expires time.Time) *Claim {
-		return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
-			token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires}
-	}
 	for attempt := 0; attempt < 5; attempt++ {
-		now := s.now()
-		token := newToken()
-		lease := now.Add(s.lease)
-		expires := now.Add(s.keyTTL)
-		fields, _ := json.Marshal(req.Fingerprint.Fields)
-		// One round trip claims a new key or, when the key exists, reads
-		// it: the INSERT's conflict makes the CTE empty and the second
-		// branch reads the row as the statement's snapshot saw it. A key
-		// committed by another request after that snapshot was taken (its
-		// insert conflicted but the read cannot see it) gives no row at
-		// all: read again.
-		const claimOrRead = `
-			WITH ins AS (
-				INSERT INTO idempotency_keys (tenant_id, scope, operation, key, request_hash, field_hashes,
-					status, lock_token, locked_until, created_at, updated_at, expires_at)
-				VALUES ($1, $10, $2, $3, $4, $5, 'in_progress', $6, $7, $8, $8, $9)
-				ON CONFLICT (tenant_id, operation, key, scope) DO NOTHING
-				RETURNING expires_at
-			)
-			SELECT true, NULL::bytea, NULL::jsonb, ''::text, NULL::text, NULL::timestamptz, NULL::text,
-				NULL::int, NULL::jsonb, NULL::bytea, expires_at
-			FROM ins
-			UNION ALL
-			SELECT false, request_hash, field_hashes, status, lock_token::text, locked_until, recovery_point,
-				response_status, response_headers, response_body, expires_at
-			FROM idempotency_keys
-			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $10 AND NOT EXISTS (SELECT 1 FROM ins)`
-		var (
-			claimed bool
-			k       keyRow
-			rp      *string
-		)
-		err := s.pool.QueryRow(ctx, claimOrRead, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-			token, lease, now, expires, req.Scope).Scan(&claimed, &k.RequestHash, &k.FieldHashes, &k.Status, &k.LockToken,
-			&k.LockedUntil, &rp, &k.ResponseStatus, &k.ResponseHeaders, &k.ResponseBody, &k.ExpiresAt)
-		if isNoRows(err) {
-			continue // inserted by another request after our snapshot: read again
+		b, err := s.beginOnce(ctx, req)
+		if !errors.Is(err, errReadAgain) {
+			return b, err
 		}
-		if err != nil {
-			return Begin{}, s.lostClaim(ctx, req, token, err, internalf("claim idempotency key: %w", err))
-		}
-		if claimed {
-			return Begin{ExpiresAt: k.ExpiresAt, Claim: newClaim(token, k.ExpiresAt)}, nil
-		}
-		if rp != nil {
-			k.RecoveryPoint = *rp
-		}
-
-		if !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)) {
-			// Expired but not yet purged: the key starts over. The payment
-			// itself is found again by its deterministic id.
-			const renew = `
-				UPDATE idempotency_keys SET request_hash = $4, field_hashes = $5, status = 'in_progress',
-					lock_token = $6, locked_until = $7, recovery_point = 'started', takeovers = 0, payment_id = NULL,
-					response_status = NULL, response_headers = NULL, response_body = NULL,
-					created_at = $8, updated_at = $8, expires_at = $9
-				WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $11 AND expires_at <= $8
-					AND lock_token IS NOT DISTINCT FROM $10::uuid
-				RETURNING expires_at`
-			var exp time.Time
-			err := s.pool.QueryRow(ctx, renew, req.TenantID, req.Operation, req.Key, req.Fingerprint.Hash, fields,
-				token, lease, now, expires, k.LockToken, req.Scope).Scan(&exp)
-			if isNoRows(err) {
-				continue
-			}
-			if err != nil {
-				return Begin{}, s.lostClaim(ctx, req, token, err, internalf("renew idempotency key: %w", err))
-			}
-			return Begin{ExpiresAt: exp, Claim: newClaim(token, exp)}, nil
-		}
-
-		if string(k.RequestHash) != string(req.Fingerprint.Hash) {
-			return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
-		}
-		if k.Status == "completed" {
-			r := &StoredResponse{Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}
-			s.replays.put(rk, &replayEntry{requestHash: string(k.RequestHash), fieldHashes: k.FieldHashes,
-				response: r, expiresAt: k.ExpiresAt})
-			return Begin{ExpiresAt: k.ExpiresAt, Replay: r}, nil
-		}
-		if k.LockedUntil != nil && k.LockedUntil.After(now) {
-			return Begin{ExpiresAt: k.ExpiresAt}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
-				Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
-		}
-		// Released (unknown outcome) or expired (crashed owner): take over by
-		// compare-and-swap on the token we read. Exactly one taker wins.
-		takeover := k.LockedUntil != nil
-		const cas = `
-			UPDATE idempotency_keys SET lock_token = $4, locked_until = $5, updated_at = $6,
-				takeovers = takeovers + CASE WHEN $8 THEN 1 ELSE 0 END
-			WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $9 AND status = 'in_progress'
-				AND lock_token IS NOT DISTINCT FROM $7::uuid
-				AND (locked_until IS NULL OR locked_until <= $6)`
-		tag, err := s.pool.Exec(ctx, cas, req.TenantID, req.Operation, req.Key, token, lease, now, k.LockToken, takeover, req.Scope)
-		if err != nil {
-			return Begin{}, s.lostClaim(ctx, req, token, err, internalf("take over idempotency key: %w", err))
-		}
-		if tag.RowsAffected() == 0 {
-			continue // someone else took it: read again (and most likely find it in use)
-		}
-		if takeover {
-			s.tel.takeovers.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", req.Operation)))
-			s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
-				"operation", req.Operation, "recovery_point", k.RecoveryPoint)
-		}
-		c := newClaim(token, k.ExpiresAt)
-		c.Takeover, c.Resumed, c.RecoveryPoint = takeover, !takeover, k.RecoveryPoint
-		return Begin{ExpiresAt: k.ExpiresAt, Claim: c}, nil
 	}
-	return Begin{}, &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
+	return Begin{}, errKeyInUse()
+}
+
+// errReadAgain says the key changed between reading and writing it (a
+// claim committed after the statement's snapshot, a renewal or takeover
+// won by another request): read it again.
+var errReadAgain = errors.New("idempotency key changed under the claim: read it again")
+
+// errKeyInUse is idempotency_key_in_use.
+func errKeyInUse() *Error {
+	return &Error{Code: CodeIdempotencyKeyInUse, RetryAfter: inUseRetryAfter,
 		Message: "a request with this Idempotency-Key is still executing; retry after Retry-After seconds"}
+}
+
+// beginOnce is one attempt of BeginIdempotent: claim the key or read it
+// (claimOrRead), then decide from the key as read: renew it (expired),
+// refuse a different request, replay the stored answer, refuse while
+// another request holds the lease, or take the lease over. Errors:
+// errReadAgain, and BeginIdempotent's.
+func (s *Service) beginOnce(ctx context.Context, req IdempotencyRequest) (Begin, error) {
+	now, token := s.now(), newToken()
+	k, err := s.claimOrRead(ctx, req, token, now)
+	switch {
+	case isNoRows(err):
+		return Begin{}, errReadAgain // inserted by another request after our snapshot
+	case err != nil:
+		return Begin{}, s.lostClaim(ctx, req, token, err, internalf("claim idempotency key: %w", err))
+	case k.Claimed:
+		return Begin{ExpiresAt: k.ExpiresAt, Claim: req.claim(token, k.ExpiresAt)}, nil
+	case !k.ExpiresAt.After(now) && (k.LockedUntil == nil || !k.LockedUntil.After(now)):
+		// Expired but not yet purged: the key starts over. The payment
+		// itself is found again by its deterministic id.
+		return s.renewKey(ctx, req, k, token, now)
+	case string(k.RequestHash) != string(req.Fingerprint.Hash):
+		return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
+	case k.Status == "completed":
+		r := &StoredResponse{Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}
+		s.replays.put(req.replayKey(), &replayEntry{requestHash: string(k.RequestHash), fieldHashes: k.FieldHashes,
+			response: r, expiresAt: k.ExpiresAt})
+		return Begin{ExpiresAt: k.ExpiresAt, Replay: r}, nil
+	case k.LockedUntil != nil && k.LockedUntil.After(now):
+		return Begin{ExpiresAt: k.ExpiresAt}, errKeyInUse()
+	}
+	return s.takeOverKey(ctx, req, k, token, now)
+}
+
+// claimOrRead claims req's key under a new lease (token), or reads it
+// when it exists (claimOrReadSQL). No row (pgx.ErrNoRows): read again.
+func (s *Service) claimOrRead(ctx context.Context, req IdempotencyRequest, token string, now time.Time) (keyRow, error) {
+	fields, _ := json.Marshal(req.Fingerprint.Fields)
+	rows, _ := s.pool.Query(ctx, claimOrReadSQL, req.keyArgs(namedArgs{
+		"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
+		"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL)}))
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyRow])
+}
+
+// renewKey starts expired key k over for req under a new lease (token).
+// Errors: errReadAgain (another request renewed it first), internal.
+func (s *Service) renewKey(ctx context.Context, req IdempotencyRequest, k keyRow, token string, now time.Time) (Begin, error) {
+	fields, _ := json.Marshal(req.Fingerprint.Fields)
+	var exp time.Time
+	err := s.pool.QueryRow(ctx, renewKeySQL, req.keyArgs(namedArgs{
+		"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
+		"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL),
+		"read_token": k.LockToken})).Scan(&exp)
+	if isNoRows(err) {
+		return Begin{}, errReadAgain
+	}
+	if err != nil {
+		return Begin{}, s.lostClaim(ctx, req, token, err, internalf("renew idempotency key: %w", err))
+	}
+	return Begin{ExpiresAt: exp, Claim: req.claim(token, exp)}, nil
+}
+
+// takeOverKey takes the lease of key k over for req (token): released
+// (an unknown outcome) or expired (a crashed owner), by compare-and-swap
+// on the token read, so exactly one taker wins. Errors: errReadAgain
+// (another request took it first), internal.
+func (s *Service) takeOverKey(ctx context.Context, req IdempotencyRequest, k keyRow, token string, now time.Time) (Begin, error) {
+	takeover := k.LockedUntil != nil
+	tag, err := s.pool.Exec(ctx, takeOverKeySQL, req.keyArgs(namedArgs{
+		"token": token, "locked_until": now.Add(s.lease), "now": now, "read_token": k.LockToken, "takeover": takeover}))
+	if err != nil {
+		return Begin{}, s.lostClaim(ctx, req, token, err, internalf("take over idempotency key: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return Begin{}, errReadAgain // most likely to find it in use
+	}
+	if takeover {
+		s.tel.takeovers.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", req.Operation)))
+		s.logger.WarnContext(ctx, "idempotency lease taken over from an expired owner",
+			"operation", req.Operation, "recovery_point", k.RecoveryPoint)
+	}
+	c := req.claim(token, k.ExpiresAt)
+	c.Takeover, c.Resumed, c.RecoveryPoint = takeover, !takeover, k.RecoveryPoint
+	return Begin{ExpiresAt: k.ExpiresAt, Claim: c}, nil
+}
+
+// claim is the claim of req's key under lease token.
+func (req IdempotencyRequest) claim(token string, expires time.Time) *Claim {
+	return &Claim{TenantID: req.TenantID, Scope: req.Scope, Operation: req.Operation, Key: req.Key,
+		token: token, fp: req.Fingerprint, RecoveryPoint: "started", ExpiresAt: expires, RequestID: req.RequestID}
+}
+
+// replayKey names req's key in the replay cache.
+func (req IdempotencyRequest) replayKey() replayKey {
+	return replayKey{req.TenantID, req.Scope, req.Operation, req.Key}
+}
+
+// keyArgs adds to args the named arguments that address req's key row:
+// @tenant_id, @scope, @operation and @key.
+func (req IdempotencyRequest) keyArgs(args namedArgs) namedArgs {
+	args["tenant_id"], args["scope"], args["operation"], args["key"] = req.TenantID, req.Scope, req.Operation, req.Key
+	return args
 }
 
 // lostClaim handles a claiming statement that failed with stmtErr: unless
@@ -289,10 +341,8 @@ func (s *Service) lostClaim(ctx context.Context, req IdempotencyRequest, token s
 	if !commitUnknown(stmtErr) {
 		return err
 	}
-	const q = `
-		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
-	if _, rerr := s.execKeyWrite(ctx, q, req.TenantID, req.Operation, req.Key, req.Scope, token, s.now()); rerr != nil {
+	args := req.keyArgs(namedArgs{"token": token, "now": s.now()})
+	if _, rerr := s.execKeyWrite(ctx, releaseKeySQL, args); rerr != nil {
 		s.logger.ErrorContext(ctx, "give up a claim whose answer was lost", "operation", req.Operation, "error", rerr)
 	}
 	return err
@@ -325,11 +375,14 @@ var ErrLeaseLost = errors.New("idempotency lease lost to another request")
 // internal.
 func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID string, res StoredResponse) error {
 	const q = `
-		UPDATE idempotency_keys SET status = 'completed', response_status = $6, response_headers = $7,
-			response_body = $8, payment_id = nullif($9, ''), recovery_point = 'finished',
-			lock_token = NULL, locked_until = NULL, updated_at = $10
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
-	tag, err := s.execKeyWrite(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, res.Status, res.Header, res.Body, paymentID, s.now())
+		UPDATE idempotency_keys SET status = 'completed', response_status = @response_status,
+			response_headers = @response_headers, response_body = @response_body,
+			payment_id = nullif(@payment_id, ''), recovery_point = 'finished',
+			lock_token = NULL, locked_until = NULL, updated_at = @now
+		WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
+			AND lock_token = @token::uuid`
+	tag, err := s.execKeyWrite(ctx, q, c.keyArgs(namedArgs{"response_status": res.Status,
+		"response_headers": res.Header, "response_body": res.Body, "payment_id": paymentID, "now": s.now()}))
 	if err != nil {
 		if rerr := s.ReleaseIdempotent(ctx, c); rerr != nil {
 			s.logger.ErrorContext(ctx, "release idempotency key", "operation", c.Operation, "error", rerr)
@@ -353,13 +406,25 @@ func (s *Service) completed(c *Claim, res StoredResponse) {
 // and unknown outcomes), so the next retry resumes at once. It outlives
 // ctx's cancellation and a lost connection (execKeyWrite).
 func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
-	const q = `
-		UPDATE idempotency_keys SET locked_until = NULL, updated_at = $6
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND scope = $4 AND lock_token = $5::uuid`
-	if _, err := s.execKeyWrite(ctx, q, c.TenantID, c.Operation, c.Key, c.Scope, c.token, s.now()); err != nil {
+	if _, err := s.execKeyWrite(ctx, releaseKeySQL, c.keyArgs(namedArgs{"now": s.now()})); err != nil {
 		return internalf("release idempotency key: %w", err)
 	}
 	return nil
+}
+
+// releaseKeySQL gives up the lease of token on a key, keeping the token
+// (the next claim takes the key over by compare-and-swap on it).
+const releaseKeySQL = `
+	UPDATE idempotency_keys SET locked_until = NULL, updated_at = @now
+	WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
+		AND lock_token = @token::uuid`
+
+// keyArgs adds to args the named arguments that address c's key row and
+// its lease: @tenant_id, @scope, @operation, @key and @token.
+func (c *Claim) keyArgs(args namedArgs) namedArgs {
+	args["tenant_id"], args["scope"], args["operation"], args["key"] = c.TenantID, c.Scope, c.Operation, c.Key
+	args["token"] = c.token
+	return args
 }
 
 // commitUnknown reports whether a single statement that failed with err
@@ -457,41 +522,27 @@ func checkpoint(ctx context.Context, tx pgx.Tx, c *Claim, point, paymentID strin
 		return nil
 	}
 	const q = `
-		UPDATE idempotency_keys SET recovery_point = $5, payment_id = coalesce(payment_id, nullif($6, '')), updated_at = $7
-		WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND lock_token = $4::uuid`
-	_, err := tx.Exec(ctx, q, c.TenantID, c.Operation, c.Key, c.token, point, paymentID, now)
+		UPDATE idempotency_keys SET recovery_point = @recovery_point,
+			payment_id = coalesce(payment_id, nullif(@payment_id, '')), updated_at = @now
+		WHERE tenant_id = @claim_tenant_id AND operation = @claim_operation AND key = @claim_key
+			AND lock_token = @claim_token::uuid`
+	_, err := tx.Exec(ctx, q, withClaim(c, namedArgs{"recovery_point": point, "payment_id": paymentID, "now": now}))
 	return err
 }
 
-// checkpointCTE is checkpoint as the last CTE of a statement whose CTE p
-// returns the payment row written: the key's recovery point moves only
-// when p wrote a row. Parameter $at is the time and $first to $first+4
-// are claimArgs' four values and the point; a nil claim's NULLs match no
-// key.
-func checkpointCTE(at, first int) string {
-	return fmt.Sprintf(`checkpoint AS (
-			UPDATE idempotency_keys k SET recovery_point = $%[6]d, payment_id = coalesce(k.payment_id, p.id), updated_at = $%[1]d
-			FROM p
-			WHERE k.tenant_id = $%[2]d AND k.operation = $%[3]d AND k.key = $%[4]d AND k.lock_token = $%[5]d::uuid
-		)`, at, first, first+1, first+2, first+3, first+4)
-}
-
-// claimSQL is a claim as SQL parameters; all nil for no claim. Its lease
-// token names one key row on its own; tenant, operation and key lead the
-// statement to it through the primary key (whose last column, scope, they
-// need not name).
-type claimSQL struct {
-	tenantID  *int64
-	operation *string
-	key       *string
-	token     *string
-}
-
-func claimArgs(c *Claim) claimSQL {
+// withClaim adds to args the named arguments by which a statement finds
+// the key row of claim c and checks its lease: @claim_tenant_id,
+// @claim_operation, @claim_key and @claim_token; all NULL for no claim
+// (the resolver), which matches no key. Tenant, operation and key lead
+// the statement to the row through the primary key (whose last column,
+// scope, they need not name); the lease token names the row on its own.
+func withClaim(c *Claim, args namedArgs) namedArgs {
 	if c == nil {
-		return claimSQL{}
+		args["claim_tenant_id"], args["claim_operation"], args["claim_key"], args["claim_token"] = nil, nil, nil, nil
+		return args
 	}
-	return claimSQL{&c.TenantID, &c.Operation, &c.Key, &c.token}
+	args["claim_tenant_id"], args["claim_operation"], args["claim_key"], args["claim_token"] = c.TenantID, c.Operation, c.Key, c.token
+	return args
 }
 
 // PurgeExpiredKeys deletes up to batch expired keys whose lease is not
@@ -502,13 +553,13 @@ func (s *Service) PurgeExpiredKeys(ctx context.Context, batch int) (int, error) 
 		DELETE FROM idempotency_keys k
 		USING (
 			SELECT tenant_id, operation, key, scope FROM idempotency_keys
-			WHERE expires_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+			WHERE expires_at <= @now AND (locked_until IS NULL OR locked_until <= @now)
 			ORDER BY expires_at
-			LIMIT $2
+			LIMIT @batch
 			FOR UPDATE SKIP LOCKED
 		) x
 		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key AND k.scope = x.scope`
-	tag, err := s.pool.Exec(ctx, q, s.now(), batch)
+	tag, err := s.pool.Exec(ctx, q, namedArgs{"now": s.now(), "batch": batch})
 	if err != nil {
 		return 0, internalf("purge idempotency keys: %w", err)
 	}

@@ -90,10 +90,33 @@ func (g *gatedProvider) Authorize(ctx context.Context, req providers.AuthorizeRe
 	return g.Provider.Authorize(ctx, req)
 }
 
+// Refund waits for req.Key's gate, if any, then refunds.
+func (g *gatedProvider) Refund(ctx context.Context, req providers.RefundRequest) (providers.Refund, error) {
+	g.mu.Lock()
+	gate := g.gates[req.Key]
+	g.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return providers.Refund{}, &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeProviderUnavailable,
+				Message: "gate never opened", Err: ctx.Err()}
+		}
+	}
+	return g.Provider.Refund(ctx, req)
+}
+
 // gate closes the gate of authorizations of the request under the client
 // key key, and returns the function that opens it.
 func (e *moneyEnv) gate(key string) (open func()) {
-	fwd := providers.ForwardedKey(e.tenant, orchestrator.OpAuthorize, key)
+	return e.gateOp(orchestrator.OpAuthorize, key)
+}
+
+// gateOp closes the gate of the provider calls of operation op (the
+// authorization or a refund) under the client key key, and returns the
+// function that opens it.
+func (e *moneyEnv) gateOp(op, key string) (open func()) {
+	fwd := providers.ForwardedKey(e.tenant, op, key)
 	ch := make(chan struct{})
 	e.gates.mu.Lock()
 	e.gates.gates[fwd] = ch
@@ -142,45 +165,19 @@ type answer struct {
 // code is the error code of the answer ("" for none).
 func (a answer) code() orchestrator.Code { return orchestrator.ErrorCode(a.err) }
 
-// storedCodes are the business refusals stored as final answers (as in
-// httpapi); any other error releases the key.
-var storedCodes = map[orchestrator.Code]bool{
-	orchestrator.CodePaymentDeclined:         true,
-	orchestrator.CodePaymentStateConflict:    true,
-	orchestrator.CodeAmountExceedsAuthorized: true,
-}
-
-// render turns a final outcome into the answer to store, as httpapi does;
-// ok is false for what is not stored. Statuses are httpapi's business, so
-// a stored answer here is 200 with the payment (or refund) or 409 with the
-// refusal's code and payment id.
+// render is the final answer to an authorization with this outcome, as
+// the domain decides it (orchestrator.Claim.Answer) and httpapi sends and
+// stores it; ok is false for what is not stored.
 func render(out orchestrator.Outcome, err error) (orchestrator.StoredResponse, bool) {
-	var v any
-	status := http.StatusOK
-	switch {
-	case err == nil && out.Pending:
-		return orchestrator.StoredResponse{}, false
-	case err == nil && out.Refund != nil:
-		v = out.Refund
-	case err == nil:
-		v = out.Payment
-	case storedCodes[orchestrator.ErrorCode(err)]:
-		status = http.StatusConflict
-		v = map[string]string{"code": string(orchestrator.ErrorCode(err)), "payment_id": out.Payment.ID}
-	default:
-		return orchestrator.StoredResponse{}, false
-	}
-	b, merr := json.Marshal(v)
-	if merr != nil {
-		return orchestrator.StoredResponse{}, false
-	}
-	return orchestrator.StoredResponse{Status: status, Body: b, Header: map[string]string{"Content-Type": "application/json"}}, true
+	c := &orchestrator.Claim{Operation: orchestrator.OpAuthorize}
+	res, final, aerr := c.Answer(out.Payment.ID, out, err)
+	return res, final && aerr == nil
 }
 
-// keyed runs one request of operation op under key with the idempotency
-// protocol, exec being the money method. Safe to call from goroutines:
-// it reports protocol failures with t.Errorf.
-func (e *moneyEnv) keyed(t *testing.T, op, key string, fp orchestrator.Fingerprint,
+// keyed runs one request of operation op about payment id under key with
+// the idempotency protocol, exec being the money method. Safe to call
+// from goroutines: it reports protocol failures with t.Errorf.
+func (e *moneyEnv) keyed(t *testing.T, op, id, key string, fp orchestrator.Fingerprint,
 	exec func(context.Context, *orchestrator.Claim) (orchestrator.Outcome, error)) answer {
 	ctx := context.Background()
 	b, err := e.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{TenantID: e.tenant, Operation: op, Key: key, Fingerprint: fp})
@@ -191,15 +188,18 @@ func (e *moneyEnv) keyed(t *testing.T, op, key string, fp orchestrator.Fingerpri
 		return answer{replay: b.Replay}
 	}
 	c := b.Claim
-	c.Render = render // used by Authorize's settling statement, as httpapi does
 	a := answer{claim: c}
 	a.out, a.err = exec(ctx, c)
-	if done := c.Completed(); done != nil {
+	if done := c.Completed(); done != nil { // stored by Authorize's settling statement
 		a.stored = done
 		return a
 	}
-	if res, ok := render(a.out, a.err); ok {
-		if err := e.svc.CompleteIdempotent(ctx, c, a.out.Payment.ID, res); err != nil {
+	res, final, err := c.Answer(id, a.out, a.err)
+	if err != nil {
+		t.Errorf("answer of key %q: %v", key, err)
+	}
+	if final {
+		if err := e.svc.CompleteIdempotent(ctx, c, id, res); err != nil {
 			t.Errorf("complete key %q: %v", key, err)
 		}
 		a.stored = &res
@@ -237,7 +237,7 @@ func (e *moneyEnv) authorize(t *testing.T, key, body string) answer {
 		t.Errorf("authorize body %s: %v", body, err)
 	}
 	fp := fingerprint(t, orchestrator.OpAuthorize, nil, body)
-	return e.keyed(t, orchestrator.OpAuthorize, key, fp, func(ctx context.Context, c *orchestrator.Claim) (orchestrator.Outcome, error) {
+	return e.keyed(t, orchestrator.OpAuthorize, orchestrator.PaymentID(e.tenant, key), key, fp, func(ctx context.Context, c *orchestrator.Claim) (orchestrator.Outcome, error) {
 		return e.svc.Authorize(ctx, c, orchestrator.AuthorizeInput{
 			TenantID: e.tenant, Key: key, Fingerprint: fp, AmountMinor: in.AmountMinor, Currency: in.Currency,
 			Provider: in.Provider, PaymentMethod: in.PaymentMethod, Description: in.Description, Metadata: in.Metadata,
@@ -279,7 +279,7 @@ func (e *moneyEnv) operation(t *testing.T, op string, do operationMethod, id, ke
 		t.Errorf("%s body %s: %v", op, body, err)
 	}
 	fp := fingerprint(t, op, map[string]string{"id": id}, body)
-	return e.keyed(t, op, key, fp, func(ctx context.Context, c *orchestrator.Claim) (orchestrator.Outcome, error) {
+	return e.keyed(t, op, id, key, fp, func(ctx context.Context, c *orchestrator.Claim) (orchestrator.Outcome, error) {
 		return do(e.svc, ctx, c, orchestrator.OperationInput{TenantID: e.tenant, PaymentID: id, Key: key, AmountMinor: in.AmountMinor})
 	})
 }

@@ -2,7 +2,7 @@ package orchestrator
 
 import (
 	"context"
-	"strings"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,36 +19,33 @@ const (
 	opRefund  opKind = "refund"
 )
 
-// operation is a capture, cancel or refund as stored.
+// operation is a capture, cancel or refund as stored: a row of
+// payment_operations, read by column name. Every statement that returns
+// an operation returns these columns:
+//
+//	tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+//	provider_ref, failure_code, created_at, updated_at
 type operation struct {
-	TenantID     int64
-	ID           string
-	PaymentID    string
-	Kind         opKind
-	Key          string
-	ForwardedKey string
-	Status       string
-	AmountMinor  int64
-	ProviderRef  *string
-	FailureCode  *string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	TenantID     int64     `db:"tenant_id"`
+	ID           string    `db:"id"`
+	PaymentID    string    `db:"payment_id"`
+	Kind         opKind    `db:"kind"`
+	Key          string    `db:"idempotency_key"`
+	ForwardedKey string    `db:"forwarded_key"`
+	Status       string    `db:"status"`
+	AmountMinor  int64     `db:"amount_minor"`
+	ProviderRef  *string   `db:"provider_ref"`
+	FailureCode  *string   `db:"failure_code"`
+	CreatedAt    time.Time `db:"created_at"`
+	UpdatedAt    time.Time `db:"updated_at"`
 }
 
-const operationCols = `tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-	provider_ref, failure_code, created_at, updated_at`
-
-// Refund is one refund of a captured payment.
-type Refund struct {
-	ID          string    `json:"id"`
-	Object      string    `json:"object"`
-	PaymentID   string    `json:"payment_id"`
-	Status      string    `json:"status"`
-	AmountMinor int64     `json:"amount_minor"`
-	Currency    string    `json:"currency"`
-	ProviderRef *string   `json:"provider_ref"`
-	CreatedAt   time.Time `json:"created_at"`
-}
+// selectOperationSQL reads one operation of a tenant.
+const selectOperationSQL = `
+	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+		provider_ref, failure_code, created_at, updated_at
+	FROM payment_operations
+	WHERE tenant_id = @tenant_id AND id = @operation_id`
 
 // OperationInput is a capture, cancel or refund request.
 type OperationInput struct {
@@ -84,128 +81,29 @@ func (s *Service) Cancel(ctx context.Context, c *Claim, in OperationInput) (Outc
 	return s.moveMoney(ctx, c, opCancel, in)
 }
 
-// Refund refunds part or all of what is left of a captured payment;
-// refunds add up to at most the captured amount. Errors: not_found,
-// payment_state_conflict, amount_exceeds_authorized (more than is left to
-// refund), provider_unavailable, internal.
-func (s *Service) Refund(ctx context.Context, c *Claim, in OperationInput) (Outcome, error) {
-	return s.moveMoney(ctx, c, opRefund, in)
-}
-
 // moveMoney is the one path of capture, cancel and refund: record the
-// operation (deterministic id) under the payment's row lock, call the
-// provider with no transaction open, record the answer.
+// operation (deterministic id) under the payment's row lock
+// (recordOperation), call the provider with no transaction open, record
+// the answer.
 func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in OperationInput) (Outcome, error) {
 	if in.AmountMinor < 0 || in.AmountMinor > MaxAmountMinor {
 		return Outcome{}, ParamError("amount_minor", "amount_minor must be a positive whole number of minor units")
 	}
-	meta := opMeta[kind]
-	opID := operationID(meta.prefix, in.TenantID, meta.route, in.Key)
-	fwd := providers.ForwardedKey(in.TenantID, meta.route, in.Key)
-
 	var (
-		p        Payment
-		op       operation
-		finalErr error // a business refusal decided inside the transaction
+		p  Payment
+		op operation
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		now := s.now()
-		// One round trip: lock the payment, then read what it already has
-		// (this key's operation; refunds and captures or cancels that did
-		// not fail). Each statement of the batch runs after the one before
-		// and takes its own snapshot, so the reads see everything committed
-		// before the lock was granted.
-		var (
-			reserved int64
-			busy     bool
-		)
-		b := &pgx.Batch{}
-		b.Queue(`SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
-			in.TenantID, in.PaymentID)
-		b.Queue(`SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, in.TenantID, opID)
-		b.Queue(`SELECT
-				(SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
-				 WHERE tenant_id = $1 AND payment_id = $2 AND kind = 'refund' AND status <> 'failed'),
-				EXISTS (SELECT 1 FROM payment_operations
-				 WHERE tenant_id = $1 AND payment_id = $2 AND kind IN ('capture', 'cancel') AND status <> 'failed')`,
-			in.TenantID, in.PaymentID)
-		br := tx.SendBatch(ctx, b)
-		rows, _ := br.Query()
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		p, err = pgx.CollectExactlyOneRow(rows, scanPayment)
-		var opErr error
-		if err == nil {
-			rows, _ = br.Query()
-			op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
-			err = br.QueryRow().Scan(&reserved, &busy)
-		}
-		if cerr := br.Close(); err == nil && !isNoRows(cerr) {
-			err = cerr
-		}
-		if isNoRows(err) {
-			finalErr = notFound(in.PaymentID)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if opErr == nil {
-			if op.PaymentID != in.PaymentID {
-				// Only reachable once the key's record was purged.
-				finalErr = &Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key", Fields: []string{"path.id"},
-					Message: "this Idempotency-Key was used to " + meta.verb + " another payment"}
-			}
-			return nil // resume
-		}
-		if !isNoRows(opErr) {
-			return opErr
-		}
-
-		amount, expire, refusal := s.admit(kind, p, in.AmountMinor, now)
-		if kind == opRefund && refusal == nil {
-			left := p.CapturedMinor - reserved
-			switch {
-			case left <= 0:
-				refusal = Errorf(CodePaymentStateConflict, "the payment is fully refunded (or refunds in flight cover it)")
-			case amount == 0:
-				amount = left
-			case amount > left:
-				refusal = &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor",
-					Message: "amount_minor exceeds what is left to refund"}
-			}
-		}
-		if expire {
-			from := p.Status
-			if _, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3 WHERE tenant_id = $1 AND id = $2`,
-				p.TenantID, p.ID, now); err != nil {
-				return err
-			}
-			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now); err != nil {
-				return err
-			}
-		}
-		if refusal == nil && kind != opRefund {
-			// Under the payment's row lock: one capture or cancel per hold.
-			// (The partial unique index is the backstop.)
-			if busy {
-				refusal = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
-			}
-		}
-		if refusal != nil {
-			finalErr = refusal
-			return nil
-		}
-		ck := claimArgs(c)
-		rows, _ = tx.Query(ctx, recordOperationSQL, p.TenantID, opID, p.ID, kind, in.Key, fwd, amount, now,
-			ck.tenantID, ck.operation, ck.key, ck.token, kind.String()+"_recorded")
-		op, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+		p, op, err = s.recordOperation(ctx, tx, c, kind, in)
 		return err
 	})
-	if err != nil {
-		return Outcome{}, internalf("%s: %w", meta.verb, err)
-	}
-	if finalErr != nil {
-		return Outcome{Payment: p}, finalErr
+	var r refusal
+	switch {
+	case errors.As(err, &r):
+		return Outcome{Payment: p}, r.err
+	case err != nil:
+		return Outcome{}, internalf("%s: %w", opMeta[kind].verb, err)
 	}
 	switch op.Status {
 	case "succeeded", "failed":
@@ -214,18 +112,169 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 	return s.operationAtProvider(ctx, c, p, op)
 }
 
+// recordOperation reads the payment of in under its row lock and this
+// key's operation, and returns them: the operation found (a resumed
+// request) or recorded now, pending, with the key's recovery point, once
+// admitted (admit, refundAmount, one capture or cancel per hold). A
+// business refusal is a refusal error; the transaction commits all the
+// same, keeping the expiry of a lapsed hold it found.
+func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind opKind, in OperationInput) (Payment, operation, error) {
+	meta := opMeta[kind]
+	opID := operationID(meta.prefix, in.TenantID, meta.route, in.Key)
+	now := s.now()
+	st, err := readForOperation(ctx, tx, in.TenantID, in.PaymentID, opID)
+	if isNoRows(err) {
+		return Payment{}, operation{}, refusal{notFound(in.PaymentID)}
+	}
+	if err != nil {
+		return Payment{}, operation{}, err
+	}
+	p := st.payment
+	if st.op != nil {
+		if st.op.PaymentID != in.PaymentID {
+			// Only reachable once the key's record was purged.
+			return p, operation{}, refusal{&Error{Code: CodeIdempotencyKeyReused, Param: "Idempotency-Key",
+				Fields: []string{"path.id"}, Message: "this Idempotency-Key was used to " + meta.verb + " another payment"}}
+		}
+		return p, *st.op, nil // resume
+	}
+
+	amount, expire, refused := s.admit(kind, p, in.AmountMinor, now)
+	if kind == opRefund && refused == nil {
+		amount, refused = refundAmount(p, st.reserved, amount)
+	}
+	if expire {
+		if err := expireHold(ctx, tx, p, now); err != nil {
+			return p, operation{}, err
+		}
+	}
+	if refused == nil && kind != opRefund && st.busy {
+		// Under the payment's row lock: one capture or cancel per hold.
+		// (The partial unique index is the backstop.)
+		refused = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
+	}
+	if refused != nil {
+		return p, operation{}, refusal{refused}
+	}
+	rows, _ := tx.Query(ctx, recordOperationSQL, withClaim(c, namedArgs{
+		"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
+		"forwarded_key": providers.ForwardedKey(in.TenantID, meta.route, in.Key), "amount_minor": amount, "now": now,
+		"recovery_point": kind.String() + "_recorded"}))
+	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+	return p, op, err
+}
+
+// refusal is a business refusal decided inside a transaction: the
+// transaction commits what it wrote (inTx) and the request is answered
+// with err.
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
+func (r refusal) Unwrap() error { return r.err }
+
+// operationRead is what recordOperation reads under the payment's lock.
+type operationRead struct {
+	payment Payment
+	// op is this key's operation, nil when there is none yet.
+	op *operation
+	// reserved is what the payment's refunds that did not fail add up to;
+	// busy says a capture or cancel that did not fail holds it.
+	reserved int64
+	busy     bool
+}
+
+// readForOperation reads, in one round trip, payment paymentID locked
+// (lockPaymentSQL), the operation opID if it exists, and what the
+// payment's other operations hold (paymentOperationsSQL). Each statement
+// of the batch runs after the one before and takes its own snapshot, so
+// the reads see everything committed before the lock was granted.
+// Errors: pgx.ErrNoRows when there is no such payment.
+func readForOperation(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID, opID string) (operationRead, error) {
+	b := &pgx.Batch{}
+	b.Queue(lockPaymentSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	b.Queue(selectOperationSQL, namedArgs{"tenant_id": tenantID, "operation_id": opID})
+	b.Queue(paymentOperationsSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	br := tx.SendBatch(ctx, b)
+	var r operationRead
+	rows, _ := br.Query()
+	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	var (
+		op    operation
+		opErr error
+	)
+	if err == nil {
+		rows, _ = br.Query()
+		op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+		err = br.QueryRow().Scan(&r.reserved, &r.busy)
+	}
+	if cerr := br.Close(); err == nil && !isNoRows(cerr) {
+		err = cerr
+	}
+	if err != nil {
+		return r, err
+	}
+	switch {
+	case opErr == nil:
+		r.op = &op
+	case !isNoRows(opErr):
+		return r, opErr
+	}
+	r.payment = p
+	return r, nil
+}
+
+// expireHold marks authorized payment p expired (its hold lapsed at
+// capture_before), in tx, with the state change in its history.
+func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error {
+	const q = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
+	if _, err := tx.Exec(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
+		return err
+	}
+	from := p.Status
+	return stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now)
+}
+
+// lockPaymentSQL reads a payment of a tenant and locks its row until the
+// transaction ends.
+const lockPaymentSQL = `
+	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes
+	FROM payments
+	WHERE tenant_id = @tenant_id AND id = @payment_id
+	FOR UPDATE`
+
+// paymentOperationsSQL sums up a payment's operations that did not fail:
+// the amount its refunds reserve, and whether a capture or cancel holds
+// it.
+const paymentOperationsSQL = `
+	SELECT
+		(SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
+		 WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind = 'refund' AND status <> 'failed')
+			AS reserved_minor,
+		EXISTS (SELECT 1 FROM payment_operations
+		 WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind IN ('capture', 'cancel')
+			AND status <> 'failed') AS busy`
+
 // recordOperationSQL inserts a pending operation and moves the key's
 // recovery point, in one statement.
-var recordOperationSQL = `
+const recordOperationSQL = `
 	WITH o AS (
 		INSERT INTO payment_operations (tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, amount_minor,
 			created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-		RETURNING ` + operationCols + `
-	), p AS (
-		SELECT payment_id AS id FROM o
-	), ` + checkpointCTE(8, 9) + `
-	SELECT ` + operationCols + ` FROM o`
+		VALUES (@tenant_id, @operation_id, @payment_id, @kind, @key, @forwarded_key, @amount_minor, @now, @now)
+		RETURNING tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+			provider_ref, failure_code, created_at, updated_at
+	), checkpoint AS (
+		UPDATE idempotency_keys k SET recovery_point = @recovery_point, payment_id = coalesce(k.payment_id, o.payment_id),
+			updated_at = @now
+		FROM o
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
+	)
+	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+		provider_ref, failure_code, created_at, updated_at
+	FROM o`
 
 func (k opKind) String() string { return string(k) }
 
@@ -291,46 +340,82 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 }
 
 // settleOperationSQL records a succeeded operation in one statement: the
-// operation, the payment's amounts and status (from the row as it is when
-// locked), the provider call ($7 to $12, when $7 is not NULL) and the
-// state change in its history, and the key's checkpoint. No row when the
-// operation was settled meanwhile.
-var settleOperationSQL = `
-	WITH o AS (
-		UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce($3, provider_ref), updated_at = $4
-		WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
-		RETURNING ` + operationCols + `
+// operation; the payment's state and amounts, decided in Go
+// (settledState) from the payment as it was read, and written only if
+// the payment is still so (@from_status, @captured_from, @refunded_from);
+// the provider call (when @call_operation is not NULL) and the state
+// change in its history; and the key's recovery point. No row when the
+// operation was settled meanwhile or the payment moved since it was read;
+// the provider call is recorded all the same.
+const settleOperationSQL = `
+	WITH old AS (
+		SELECT id FROM payments
+		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = @from_status
+			AND captured_minor = @captured_from AND refunded_minor = @refunded_from
+		FOR UPDATE
+	), o AS (
+		UPDATE payment_operations SET status = 'succeeded', provider_ref = coalesce(@refund_ref, provider_ref),
+			updated_at = @now
+		WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending' AND EXISTS (SELECT 1 FROM old)
+		RETURNING id, amount_minor, status, provider_ref, updated_at
 	), p AS (
-		UPDATE payments p SET
-			status = CASE
-				WHEN o.kind = 'capture' THEN 'captured'
-				WHEN o.kind = 'cancel' THEN 'canceled'
-				WHEN p.refunded_minor + o.amount_minor >= p.captured_minor THEN 'refunded'
-				ELSE 'partially_refunded' END,
-			captured_minor = CASE WHEN o.kind = 'capture' THEN o.amount_minor ELSE p.captured_minor END,
-			refunded_minor = CASE WHEN o.kind = 'refund' THEN p.refunded_minor + o.amount_minor ELSE p.refunded_minor END,
-			updated_at = $4
-		FROM o, (SELECT status FROM payments WHERE tenant_id = $5 AND id = $6 FOR UPDATE) old
-		WHERE p.tenant_id = $5 AND p.id = $6
-		RETURNING ` + qualify("p", paymentCols) + `, old.status AS from_status
+		UPDATE payments p SET status = @to_status, captured_minor = @captured_minor, refunded_minor = @refunded_minor,
+			updated_at = @now
+		FROM o
+		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
+		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
+			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
+			p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
-		` + providerCallRow(5, 6, 7) + `
+		SELECT @tenant_id, @payment_id, 'provider_call', @call_operation::text, @call_forwarded_key::text,
+			@call_outcome::text, @call_latency_ms::double precision, NULL::text, NULL::text, @call_detail::jsonb,
+			@call_at::timestamptz
+		WHERE @call_operation::text IS NOT NULL
 		UNION ALL
-		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, p.from_status, p.status,
-			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), $4
+		SELECT p.tenant_id, p.id, 'state_changed', NULL, NULL, NULL, NULL, @from_status, p.status,
+			jsonb_build_object('operation_id', o.id, 'amount_minor', o.amount_minor), @now
 		FROM p, o
-	), ` + checkpointCTE(4, 13) + `
-	SELECT ` + qualify("p", paymentCols) + `, p.from_status, ` + qualify("o", operationCols) + ` FROM p, o`
+	), checkpoint AS (
+		UPDATE idempotency_keys k SET recovery_point = 'provider_settled', payment_id = coalesce(k.payment_id, p.id),
+			updated_at = @now
+		FROM p
+		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+			AND k.lock_token = @claim_token::uuid
+	)
+	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
+		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
+		p.capture_before, p.created_at, p.updated_at, p.request_hash, p.field_hashes,
+		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
+	FROM p, o`
 
-// qualify prefixes every column of a column list with table.
-func qualify(table, cols string) string {
-	parts := strings.Split(cols, ",")
-	for i, c := range parts {
-		parts[i] = table + "." + strings.TrimSpace(c)
+// settledOperationRow is a row of settleOperationSQL: the payment as
+// written, and the operation's columns that settling it wrote (its others
+// do not change once it is recorded).
+type settledOperationRow struct {
+	paymentRow
+	OperationStatus      string    `db:"operation_status"`
+	OperationProviderRef *string   `db:"operation_provider_ref"`
+	OperationUpdatedAt   time.Time `db:"operation_updated_at"`
+}
+
+// settledState is what a succeeded operation of kind, for amount, makes
+// of payment p: its next state and its captured and refunded amounts. A
+// capture captures amount (the rest of the hold is released), a cancel
+// voids the hold, a refund adds up to what was captured.
+func settledState(kind opKind, p Payment, amount int64) (to Status, captured, refunded int64) {
+	switch kind {
+	case opCapture:
+		return StatusCaptured, amount, p.RefundedMinor
+	case opCancel:
+		return StatusCanceled, p.CapturedMinor, p.RefundedMinor
 	}
-	return strings.Join(parts, ", ")
+	refunded = p.RefundedMinor + amount
+	if refunded >= p.CapturedMinor {
+		return StatusRefunded, p.CapturedMinor, refunded
+	}
+	return StatusPartiallyRefunded, p.CapturedMinor, refunded
 }
 
 // settleOperation records a provider's answer to a pending operation. call
@@ -355,14 +440,19 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		now := s.now()
 		code := providers.CodeOf(callErr)
-		tag, err := tx.Exec(ctx, `UPDATE payment_operations SET status = 'failed', failure_code = $3, updated_at = $4
-			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'`, op.TenantID, op.ID, code, now)
+		const fail = `
+			UPDATE payment_operations SET status = 'failed', failure_code = @failure_code, updated_at = @now
+			WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'`
+		tag, err := tx.Exec(ctx, fail, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID,
+			"failure_code": code, "now": now})
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
 		if code == providers.CodeHoldExpired {
-			tag, err := tx.Exec(ctx, `UPDATE payments SET status = 'expired', updated_at = $3
-				WHERE tenant_id = $1 AND id = $2 AND status = 'authorized'`, p.TenantID, p.ID, now)
+			const expire = `
+				UPDATE payments SET status = 'expired', updated_at = @now
+				WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'`
+			tag, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
 			if err != nil {
 				return err
 			}
@@ -381,43 +471,65 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 	return s.reloadOperation(ctx, op)
 }
 
+// settleTries bounds how many times settleSucceeded decides a payment's
+// next state again because the payment moved under it (concurrent
+// refunds of one payment settling at once).
+const settleTries = 10
+
 // settleSucceeded records a succeeded operation (settleOperationSQL) and
-// answers from what the statement wrote.
+// answers from what the statement wrote. The payment's next state is
+// decided from p and checked against the state machine before it is
+// written; when p is no longer the payment as stored, it is read again
+// and the state decided again.
 func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
-	now := s.now()
-	ck := claimArgs(c)
-	var (
-		from    Status
-		settled operation
-	)
-	args := append([]any{op.TenantID, op.ID, nullIfEmpty(refundID), now, p.TenantID, p.ID}, call.args()...)
-	args = append(args, ck.tenantID, ck.operation, ck.key, ck.token, "provider_settled")
-	rows, _ := s.pool.Query(ctx, settleOperationSQL, args...)
-	written, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Payment, error) {
-		return scanPaymentAnd(row, &from, &settled.TenantID, &settled.ID, &settled.PaymentID, &settled.Kind, &settled.Key,
-			&settled.ForwardedKey, &settled.Status, &settled.AmountMinor, &settled.ProviderRef, &settled.FailureCode,
-			&settled.CreatedAt, &settled.UpdatedAt)
-	})
-	if isNoRows(err) {
-		return s.reloadOperation(ctx, op) // settled meanwhile (the call is recorded all the same)
+	for try := 1; ; try++ {
+		to, captured, refunded := settledState(op.Kind, p, op.AmountMinor)
+		if !CanTransition(p.Status, to) {
+			// The provider moved money we did not expect to be movable:
+			// record it as it is, loudly; reconciliation will flag it too.
+			s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
+				"payment_id", p.ID, "operation", op.ID, "from", p.Status, "to", to)
+		}
+		rows, _ := s.pool.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
+			"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(refundID),
+			"from_status": p.Status, "captured_from": p.CapturedMinor, "refunded_from": p.RefundedMinor,
+			"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": s.now()})))
+		row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
+		if err != nil && !isNoRows(err) {
+			s.callNotRecorded(ctx, p, call, err)
+			return Outcome{}, internalf("settle %s: %w", op.Kind, err)
+		}
+		if err == nil {
+			written := row.Payment
+			written.normalize()
+			settled := op
+			settled.Status, settled.ProviderRef, settled.UpdatedAt = row.OperationStatus, row.OperationProviderRef, row.OperationUpdatedAt
+			return operationOutcome(settled, written)
+		}
+		// No row: the call is recorded all the same. Either the operation
+		// was settled meanwhile, or the payment moved since p was read.
+		call = nil
+		rows, _ = s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+		current, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
+		if err != nil {
+			return Outcome{}, internalf("reload %s: %w", op.Kind, err)
+		}
+		if current.Status != "pending" {
+			return s.operationResult(ctx, current)
+		}
+		if try == settleTries {
+			return Outcome{}, internalf("settle %s %s: the payment kept moving", op.Kind, op.ID)
+		}
+		if p, err = s.readPayment(ctx, p.TenantID, p.ID); err != nil {
+			return Outcome{}, internalf("settle %s: reload payment: %w", op.Kind, err)
+		}
 	}
-	if err != nil {
-		s.callNotRecorded(ctx, p, call, err)
-		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
-	}
-	if !CanTransition(from, written.Status) {
-		// The provider moved money we did not expect to be movable:
-		// record it as it is, loudly; reconciliation will flag it too.
-		s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
-			"payment_id", p.ID, "operation", op.ID, "from", from, "to", written.Status)
-	}
-	return operationOutcome(settled, written)
 }
 
 // reloadOperation reads a settled operation and answers with it.
 func (s *Service) reloadOperation(ctx context.Context, op operation) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT `+operationCols+` FROM payment_operations WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.ID)
-	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[operation])
+	rows, _ := s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 	if err != nil {
 		return Outcome{}, internalf("reload %s: %w", op.Kind, err)
 	}
@@ -427,8 +539,7 @@ func (s *Service) reloadOperation(ctx context.Context, op operation) (Outcome, e
 // operationResult is the answer to a settled operation's request: the
 // payment (and the refund), or the business error it failed with.
 func (s *Service) operationResult(ctx context.Context, op operation) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.PaymentID)
-	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	p, err := s.readPayment(ctx, op.TenantID, op.PaymentID)
 	if err != nil {
 		return Outcome{}, internalf("reload payment: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
@@ -179,6 +180,29 @@ func TestCapture(t *testing.T) {
 	})
 }
 
+// A capture at or after the hold's capture_before is refused, and the
+// payment becomes expired: the refusal is the answer, and the expiry it
+// found is kept (the transaction that refuses commits it).
+func TestCaptureOfALapsedHoldExpiresThePayment(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t, 0)
+	p := e.authorized(t, "p1", 1000)
+	e.clk.Set(*p.CaptureBefore)
+	a := e.capture(t, p.ID, "c1", `{}`)
+	wantRefusal(t, a.err, orchestrator.CodePaymentStateConflict, "")
+	if a.stored == nil || a.stored.Status != 409 {
+		t.Fatalf("the refusal is the final answer: stored %+v", a.stored)
+	}
+	if got := e.payment(t, p.ID); got.Status != orchestrator.StatusExpired || got.CapturedMinor != 0 {
+		t.Fatalf("payment after the refused capture: %+v", got)
+	}
+	if ops := e.fakeOps(t, orchestrator.OpCapture, "c1"); len(ops) != 0 {
+		t.Fatalf("refused capture reached the provider: %+v", ops)
+	}
+	e.wantHistory(t, p.ID, "state_changed >pending", "provider_call authorize ok", "state_changed pending>authorized",
+		"state_changed authorized>expired")
+}
+
 // Service.Cancel, as httpapi calls it, against the fake provider.
 func TestCancel(t *testing.T) {
 	t.Parallel()
@@ -276,6 +300,40 @@ func TestRefund(t *testing.T) {
 		if got := e.payment(t, p.ID); got.RefundedMinor != 600 || got.Status != orchestrator.StatusPartiallyRefunded {
 			t.Fatalf("payment: %+v", got)
 		}
+	})
+
+	// A refund's next state is decided in Go from the payment as it was
+	// read; when another refund settled meanwhile, it is decided again
+	// from the payment as it is, and the provider call is recorded once.
+	t.Run("ARefundSettlingAfterAnotherDecidesFromThePaymentAsItIsNow", func(t *testing.T) {
+		t.Parallel()
+		e := shared.newTenant(t)
+		p := e.captured(t, "p1", 1000)
+		open := e.gateOp(orchestrator.OpRefund, "r1")
+		done := make(chan answer)
+		go func() { done <- e.refund(t, p.ID, "r1", `{"amount_minor":400}`) }()
+		// r1 is recorded (the payment read) and waits at the provider.
+		for deadline := time.Now().Add(10 * time.Second); e.count(t,
+			`SELECT count(*) FROM payment_operations WHERE tenant_id = $1 AND idempotency_key = 'r1'`, e.tenant) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("refund r1 never recorded")
+			}
+			time.Sleep(10 * time.Millisecond) // polling a condition
+		}
+		if b := e.refund(t, p.ID, "r2", `{"amount_minor":600}`); b.err != nil || b.out.Payment.Status != orchestrator.StatusPartiallyRefunded {
+			t.Fatalf("refund r2: %+v %v", b.out, b.err)
+		}
+		open()
+		a := <-done
+		if a.err != nil || a.out.Payment.Status != orchestrator.StatusRefunded || a.out.Payment.RefundedMinor != 1000 ||
+			a.out.Refund == nil || a.out.Refund.Status != "succeeded" {
+			t.Fatalf("refund r1: %+v %v", a.out, a.err)
+		}
+		sameJSON(t, "stored payment", e.payment(t, p.ID), a.out.Payment)
+		e.wantHistory(t, p.ID, "state_changed >pending", "provider_call authorize ok", "state_changed pending>authorized",
+			"provider_call capture ok", "state_changed authorized>captured",
+			"provider_call refund ok", "state_changed captured>partially_refunded",
+			"provider_call refund ok", "state_changed partially_refunded>refunded")
 	})
 
 	t.Run("ConcurrentRefundsNeverExceedTheCapturedAmount", func(t *testing.T) {

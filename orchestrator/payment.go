@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,16 @@ const (
 	StatusPartiallyRefunded Status = "partially_refunded"
 	StatusRefunded          Status = "refunded"
 )
+
+// Statuses lists every payment state, in the order of the lifecycle: the
+// one list. The migration's CHECK constraint (payments_status_check), the
+// OpenAPI document's PaymentStatus enum and the console's badges are held
+// to it by tests (httpapi's TestPaymentStatusesAgree).
+var Statuses = []Status{StatusPending, StatusAuthorized, StatusFailed, StatusCaptured, StatusCanceled, StatusExpired,
+	StatusPartiallyRefunded, StatusRefunded}
+
+// Known reports whether s is a payment state (one of Statuses).
+func (s Status) Known() bool { return slices.Contains(Statuses, s) }
 
 // transitions is the one state machine: from → allowed next states.
 var transitions = map[Status][]Status{
@@ -54,48 +65,60 @@ func checkTransition(from, to Status, what string) error {
 }
 
 // Payment is an authorized hold and what became of it. Amounts are in the
-// currency's minor unit.
+// currency's minor unit. Rows are read into it by column name (db tags).
 type Payment struct {
-	ID             string            `json:"id"`
-	Object         string            `json:"object"`
-	TenantID       int64             `json:"tenant_id"`
-	Status         Status            `json:"status"`
-	AmountMinor    int64             `json:"amount_minor"`
-	Currency       string            `json:"currency"`
-	CapturedMinor  int64             `json:"captured_minor"`
-	RefundedMinor  int64             `json:"refunded_minor"`
-	Provider       string            `json:"provider"`
-	ProviderRef    *string           `json:"provider_ref"`
-	PaymentMethod  string            `json:"payment_method"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Description    string            `json:"description"`
-	Metadata       map[string]string `json:"metadata"`
-	FailureCode    *string           `json:"failure_code"`
-	CaptureBefore  *time.Time        `json:"capture_before"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-
-	requestHash []byte
-	fieldHashes map[string]string
+	ID             string            `json:"id" db:"id"`
+	Object         string            `json:"object" db:"-"`
+	TenantID       int64             `json:"tenant_id" db:"tenant_id"`
+	Status         Status            `json:"status" db:"status"`
+	AmountMinor    int64             `json:"amount_minor" db:"amount_minor"`
+	Currency       string            `json:"currency" db:"currency"`
+	CapturedMinor  int64             `json:"captured_minor" db:"captured_minor"`
+	RefundedMinor  int64             `json:"refunded_minor" db:"refunded_minor"`
+	Provider       string            `json:"provider" db:"provider"`
+	ProviderRef    *string           `json:"provider_ref" db:"provider_ref"`
+	PaymentMethod  string            `json:"payment_method" db:"payment_method"`
+	IdempotencyKey string            `json:"idempotency_key" db:"idempotency_key"`
+	Description    string            `json:"description" db:"description"`
+	Metadata       map[string]string `json:"metadata" db:"metadata"`
+	FailureCode    *string           `json:"failure_code" db:"failure_code"`
+	CaptureBefore  *time.Time        `json:"capture_before" db:"capture_before"`
+	CreatedAt      time.Time         `json:"created_at" db:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at" db:"updated_at"`
 }
 
-// paymentCols is the column list every payment read uses, in scanPayment's
-// order.
-const paymentCols = `tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-	capture_before, created_at, updated_at, request_hash, field_hashes`
+// paymentRow is a payments row as statements return it: the Payment and
+// the fingerprint of the request that created it. Every statement that
+// returns a payment returns these columns:
+//
+//	tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+//	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+//	capture_before, created_at, updated_at, request_hash, field_hashes
+//
+// (each statement spells them out; they are read by name, so a column
+// missing or left over fails the read instead of shifting the others).
+type paymentRow struct {
+	Payment
+	RequestHash []byte            `db:"request_hash"`
+	FieldHashes map[string]string `db:"field_hashes"`
+}
 
+// scanPaymentRow reads a paymentRow by column name.
+func scanPaymentRow(row pgx.CollectableRow) (paymentRow, error) {
+	r, err := pgx.RowToStructByName[paymentRow](row)
+	r.Payment.normalize()
+	return r, err
+}
+
+// scanPayment reads a Payment from a row of a paymentRow's columns.
 func scanPayment(row pgx.CollectableRow) (Payment, error) {
-	return scanPaymentAnd(row)
+	r, err := scanPaymentRow(row)
+	return r.Payment, err
 }
 
-// scanPaymentAnd scans paymentCols followed by extra columns into extra.
-func scanPaymentAnd(row pgx.CollectableRow, extra ...any) (Payment, error) {
-	var p Payment
-	dst := []any{&p.TenantID, &p.ID, &p.Status, &p.AmountMinor, &p.Currency, &p.CapturedMinor, &p.RefundedMinor,
-		&p.Provider, &p.ProviderRef, &p.PaymentMethod, &p.IdempotencyKey, &p.Description, &p.Metadata, &p.FailureCode,
-		&p.CaptureBefore, &p.CreatedAt, &p.UpdatedAt, &p.requestHash, &p.fieldHashes}
-	err := row.Scan(append(dst, extra...)...)
+// normalize completes a Payment as read: its object name, metadata never
+// nil, times in UTC.
+func (p *Payment) normalize() {
 	p.Object = "payment"
 	if p.Metadata == nil {
 		p.Metadata = map[string]string{}
@@ -105,7 +128,20 @@ func scanPaymentAnd(row pgx.CollectableRow, extra ...any) (Payment, error) {
 		t := p.CaptureBefore.UTC()
 		p.CaptureBefore = &t
 	}
-	return p, err
+}
+
+// selectPaymentSQL reads one payment of a tenant.
+const selectPaymentSQL = `
+	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes
+	FROM payments
+	WHERE tenant_id = @tenant_id AND id = @payment_id`
+
+// readPayment reads payment id of tenant (selectPaymentSQL).
+func (s *Service) readPayment(ctx context.Context, tenantID int64, id string) (Payment, error) {
+	rows, _ := s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": tenantID, "payment_id": id})
+	return pgx.CollectExactlyOneRow(rows, scanPayment)
 }
 
 // ValidText reports whether s can be stored in a PostgreSQL text or jsonb
@@ -146,7 +182,12 @@ func notFound(id string) error {
 
 // GetPayment reads one payment. Another tenant's payment is not_found.
 func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment, error) {
-	q := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
+	const q = `
+		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+			capture_before, created_at, updated_at, request_hash, field_hashes
+		FROM payments
+		WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
 	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
 	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 	if isNoRows(err) {
@@ -161,7 +202,12 @@ func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment,
 // PaymentsByKey finds the payments created under an idempotency key: at
 // most one per tenant; staff scope may see several tenants'.
 func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Payment, error) {
-	q := `SELECT ` + paymentCols + ` FROM payments WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
+	const q = `
+		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+			capture_before, created_at, updated_at, request_hash, field_hashes
+		FROM payments
+		WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
 		ORDER BY created_at DESC, id LIMIT 100`
 	rows, _ := s.pool.Query(ctx, q, key, sc.TenantID)
 	ps, err := pgx.CollectRows(rows, scanPayment)
@@ -201,7 +247,11 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 		}
 		cursorAt, cursorID = &c.CreatedAt, c.ID
 	}
-	q := `SELECT ` + paymentCols + ` FROM payments
+	const q = `
+		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+			capture_before, created_at, updated_at, request_hash, field_hashes
+		FROM payments
 		WHERE ($1::bigint = 0 OR tenant_id = $1)
 		  AND ($2 = '' OR status = $2)
 		  AND ($3::timestamptz IS NULL OR created_at >= $3)
@@ -223,17 +273,17 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 
 // Event is one entry of a payment's append-only history.
 type Event struct {
-	ID           int64          `json:"id"`
-	PaymentID    string         `json:"payment_id"`
-	Type         string         `json:"type"`
-	FromStatus   *string        `json:"from_status,omitempty"`
-	ToStatus     *string        `json:"to_status,omitempty"`
-	Operation    *string        `json:"operation,omitempty"`
-	ForwardedKey *string        `json:"forwarded_key,omitempty"`
-	Outcome      *string        `json:"outcome,omitempty"`
-	LatencyMS    *float64       `json:"latency_ms,omitempty"`
-	Detail       map[string]any `json:"detail"`
-	CreatedAt    time.Time      `json:"created_at"`
+	ID           int64          `json:"id" db:"id"`
+	PaymentID    string         `json:"payment_id" db:"payment_id"`
+	Type         string         `json:"type" db:"type"`
+	FromStatus   *string        `json:"from_status,omitempty" db:"from_status"`
+	ToStatus     *string        `json:"to_status,omitempty" db:"to_status"`
+	Operation    *string        `json:"operation,omitempty" db:"operation"`
+	ForwardedKey *string        `json:"forwarded_key,omitempty" db:"forwarded_key"`
+	Outcome      *string        `json:"outcome,omitempty" db:"outcome"`
+	LatencyMS    *float64       `json:"latency_ms,omitempty" db:"latency_ms"`
+	Detail       map[string]any `json:"detail" db:"detail"`
+	CreatedAt    time.Time      `json:"created_at" db:"created_at"`
 }
 
 // PaymentEvents returns a payment's history, oldest first. Errors:
@@ -247,7 +297,7 @@ func (s *Service) PaymentEvents(ctx context.Context, sc Scope, id string) ([]Eve
 		SELECT id, payment_id, type, from_status, to_status, operation, forwarded_key, outcome, latency_ms, detail, created_at
 		FROM payment_events WHERE tenant_id = $1 AND payment_id = $2 ORDER BY id`
 	rows, _ := s.pool.Query(ctx, q, p.TenantID, p.ID)
-	evs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Event])
+	evs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Event])
 	if err != nil {
 		return nil, internalf("payment events: %w", err)
 	}
@@ -262,8 +312,10 @@ func stateEvent(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID string
 	if detail == nil {
 		detail = map[string]any{}
 	}
-	const q = `INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
-		VALUES ($1, $2, 'state_changed', $3, $4, $5, $6)`
-	_, err := tx.Exec(ctx, q, tenantID, paymentID, from, to, detail, at)
+	const q = `
+		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
+		VALUES (@tenant_id, @payment_id, 'state_changed', @from_status, @to_status, @detail, @at)`
+	_, err := tx.Exec(ctx, q, namedArgs{"tenant_id": tenantID, "payment_id": paymentID,
+		"from_status": from, "to_status": to, "detail": detail, "at": at})
 	return err
 }

@@ -76,3 +76,35 @@ func TestAuthorizeInputRefusesUnstorableText(t *testing.T) {
 		t.Fatalf("valid text refused: %v", err)
 	}
 }
+
+// Statuses is the list of states the state machine moves between: each
+// once, and each reached from pending.
+func TestStatusesAreTheStateMachinesStates(t *testing.T) {
+	t.Parallel()
+	seen := map[orchestrator.Status]bool{}
+	for _, st := range orchestrator.Statuses {
+		if seen[st] || !st.Known() {
+			t.Fatalf("%s twice in Statuses, or not Known", st)
+		}
+		seen[st] = true
+	}
+	if orchestrator.Status("lost").Known() {
+		t.Fatal("an unknown state is Known")
+	}
+	reached := map[orchestrator.Status]bool{orchestrator.StatusPending: true}
+	for changed := true; changed; {
+		changed = false
+		for _, from := range orchestrator.Statuses {
+			for _, to := range orchestrator.Statuses {
+				if reached[from] && !reached[to] && orchestrator.CanTransition(from, to) {
+					reached[to], changed = true, true
+				}
+			}
+		}
+	}
+	for _, st := range orchestrator.Statuses {
+		if !reached[st] {
+			t.Errorf("%s is not reached from pending", st)
+		}
+	}
+}

@@ -2,9 +2,7 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,10 +17,6 @@ type ResolveStats struct {
 	Pending  int `json:"still_pending"`
 	Errors   int `json:"errors"`
 }
-
-// backoffSQL is the wait before an item's next resolve attempt, from its
-// attempts so far: 30s doubling to at most an hour.
-const backoffSQL = `make_interval(secs => least(3600, 30 * power(2, least(resolve_attempts, 12))))`
 
 // ResolvePending settles pending payments and operations untouched for at
 // least olderThan, up to limit of each: a payment whose provider reference
@@ -71,32 +65,55 @@ func (s *Service) ResolvePending(ctx context.Context, olderThan time.Duration, l
 	return st, nil
 }
 
+// pickPendingPaymentsSQL takes up to @limit pending payments untouched
+// since @older_than and due for an attempt, and stamps their next
+// attempt, in one statement: rows another instance holds are skipped, and
+// a picked row is not picked again before its backoff, 30 s doubling with
+// each attempt up to an hour.
+const pickPendingPaymentsSQL = `
+	UPDATE payments t SET resolve_attempts = t.resolve_attempts + 1,
+		next_resolve_at = @now::timestamptz + make_interval(secs => least(3600, 30 * power(2, least(resolve_attempts, 12))))
+	FROM (
+		SELECT tenant_id AS picked_tenant, id AS picked_id FROM payments
+		WHERE status = 'pending' AND updated_at <= @older_than AND (next_resolve_at IS NULL OR next_resolve_at <= @now)
+		ORDER BY next_resolve_at NULLS FIRST, updated_at
+		LIMIT @limit
+		FOR UPDATE SKIP LOCKED
+	) picked
+	WHERE t.tenant_id = picked.picked_tenant AND t.id = picked.picked_id
+	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, request_hash, field_hashes`
+
+// pickPendingOperationsSQL is pickPendingPaymentsSQL for captures,
+// cancels and refunds.
+const pickPendingOperationsSQL = `
+	UPDATE payment_operations t SET resolve_attempts = t.resolve_attempts + 1,
+		next_resolve_at = @now::timestamptz + make_interval(secs => least(3600, 30 * power(2, least(resolve_attempts, 12))))
+	FROM (
+		SELECT tenant_id AS picked_tenant, id AS picked_id FROM payment_operations
+		WHERE status = 'pending' AND updated_at <= @older_than AND (next_resolve_at IS NULL OR next_resolve_at <= @now)
+		ORDER BY next_resolve_at NULLS FIRST, updated_at
+		LIMIT @limit
+		FOR UPDATE SKIP LOCKED
+	) picked
+	WHERE t.tenant_id = picked.picked_tenant AND t.id = picked.picked_id
+	RETURNING tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
+		provider_ref, failure_code, created_at, updated_at`
+
 func (s *Service) pickPendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]Payment, error) {
-	return pickPending(ctx, s, "payments", paymentCols, scanPayment, olderThan, limit)
+	return pickPending(ctx, s, "payments", pickPendingPaymentsSQL, scanPayment, olderThan, limit)
 }
 
 func (s *Service) pickPendingOperations(ctx context.Context, olderThan time.Duration, limit int) ([]operation, error) {
-	return pickPending(ctx, s, "payment_operations", operationCols, pgx.RowToStructByPos[operation], olderThan, limit)
+	return pickPending(ctx, s, "payment_operations", pickPendingOperationsSQL, pgx.RowToStructByName[operation], olderThan, limit)
 }
 
-// pickPending takes up to limit pending rows of table (payments or
-// payment_operations) untouched for olderThan and due for an attempt, and
-// stamps their next attempt, in one statement: rows another instance holds
-// are skipped, and a picked row is not picked again before its backoff.
-func pickPending[T any](ctx context.Context, s *Service, table, cols string, scan pgx.RowToFunc[T], olderThan time.Duration, limit int) ([]T, error) {
+// pickPending runs a pickPending…SQL statement on table and reads the
+// rows it picked.
+func pickPending[T any](ctx context.Context, s *Service, table, sql string, scan pgx.RowToFunc[T], olderThan time.Duration, limit int) ([]T, error) {
 	now := s.now()
-	q := `UPDATE ` + table + ` t SET resolve_attempts = t.resolve_attempts + 1,
-			next_resolve_at = $2::timestamptz + ` + backoffSQL + `
-		FROM (
-			SELECT tenant_id AS picked_tenant, id AS picked_id FROM ` + table + `
-			WHERE status = 'pending' AND updated_at <= $1 AND (next_resolve_at IS NULL OR next_resolve_at <= $2)
-			ORDER BY next_resolve_at NULLS FIRST, updated_at
-			LIMIT $3
-			FOR UPDATE SKIP LOCKED
-		) picked
-		WHERE t.tenant_id = picked.picked_tenant AND t.id = picked.picked_id
-		RETURNING ` + cols
-	rows, _ := s.pool.Query(ctx, q, now.Add(-olderThan), now, limit)
+	rows, _ := s.pool.Query(ctx, sql, namedArgs{"older_than": now.Add(-olderThan), "now": now, "limit": limit})
 	items, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		return nil, internalf("pick pending %s: %w", table, err)
@@ -150,8 +167,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 // forwarded key; the provider replays it if it already ran.
 func (s *Service) resolveOperation(ctx context.Context, op operation) (Outcome, error) {
 	ctx = WithLogAttrs(ctx, slog.String("payment_id", op.PaymentID), slog.Int64("tenant_id", op.TenantID))
-	rows, _ := s.pool.Query(ctx, `SELECT `+paymentCols+` FROM payments WHERE tenant_id = $1 AND id = $2`, op.TenantID, op.PaymentID)
-	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
+	p, err := s.readPayment(ctx, op.TenantID, op.PaymentID)
 	if err != nil {
 		return Outcome{}, internalf("resolve operation %s: %w", op.ID, err)
 	}
@@ -182,63 +198,4 @@ func (s *Service) Pending(ctx context.Context) (PendingStats, error) {
 		st.OldestAge = s.now().Sub(*oldest)
 	}
 	return st, nil
-}
-
-// Worker runs a function every interval, each run under a timeout, until
-// Stop. It is how the resolver and the key sweeper run inside `serve`.
-type Worker struct {
-	name     string
-	interval time.Duration
-	timeout  time.Duration
-	run      func(context.Context) error
-	logger   *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// NewWorker returns a stopped Worker.
-func NewWorker(name string, interval, timeout time.Duration, logger *slog.Logger, run func(context.Context) error) *Worker {
-	return &Worker{name: name, interval: interval, timeout: timeout, run: run, logger: logger}
-}
-
-// Start runs the worker in the background; the first run is immediate.
-func (w *Worker) Start(ctx context.Context) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done != nil {
-		return
-	}
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		t := time.NewTicker(w.interval)
-		defer t.Stop()
-		for {
-			rctx, cancel := context.WithTimeout(ctx, w.timeout)
-			if err := w.run(rctx); err != nil && !errors.Is(err, context.Canceled) {
-				w.logger.ErrorContext(ctx, "background run failed", "worker", w.name, "error", err)
-			}
-			cancel()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-}
-
-// Stop cancels the current run and waits for the worker to end.
-func (w *Worker) Stop() {
-	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }

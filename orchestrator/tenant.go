@@ -12,9 +12,9 @@ import (
 // Tenant is a merchant account: payments, keys and provider settings belong
 // to exactly one tenant.
 type Tenant struct {
-	ID        int64     `json:"id"`
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        int64     `json:"id" db:"id"`
+	Name      string    `json:"name" db:"name"`
+	CreatedAt time.Time `json:"created_at" db:"created_at"`
 }
 
 // CreateTenant creates a tenant and its first merchant key in one
@@ -34,7 +34,7 @@ func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, APIKey
 		const q = `INSERT INTO tenants (name, created_at) VALUES ($1, $2) RETURNING id, name, created_at`
 		rows, _ := tx.Query(ctx, q, name, s.now())
 		var err error
-		t, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Tenant])
+		t, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Tenant])
 		if err != nil {
 			if code, con := constraintOf(err); code == pgUniqueViolation && con == "tenants_name_key" {
 				return &Error{Code: CodeConflict, Param: "name", Message: "a tenant named " + strconv.Quote(name) + " exists"}
@@ -53,7 +53,7 @@ func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, APIKey
 // ListTenants lists every tenant, oldest first.
 func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 	rows, _ := s.pool.Query(ctx, `SELECT id, name, created_at FROM tenants ORDER BY id`)
-	ts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Tenant])
+	ts, err := pgx.CollectRows(rows, pgx.RowToStructByName[Tenant])
 	if err != nil {
 		return nil, internalf("list tenants: %w", err)
 	}
@@ -63,7 +63,7 @@ func (s *Service) ListTenants(ctx context.Context) ([]Tenant, error) {
 // TenantByName returns the tenant called name. Errors: not_found.
 func (s *Service) TenantByName(ctx context.Context, name string) (Tenant, error) {
 	rows, _ := s.pool.Query(ctx, `SELECT id, name, created_at FROM tenants WHERE name = $1`, name)
-	t, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Tenant])
+	t, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Tenant])
 	if isNoRows(err) {
 		return Tenant{}, Errorf(CodeNotFound, "no tenant named %s", strconv.Quote(name))
 	}

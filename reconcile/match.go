@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 )
 
@@ -317,14 +318,14 @@ func scanPair(rows pgx.Rows) (pairRow, error) {
 func inWindow(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
 
 // expectedStatus maps our payment state to the provider's.
-var expectedStatus = map[string]providers.Status{
-	"authorized":         providers.StatusAuthorized,
-	"failed":             providers.StatusDeclined,
-	"captured":           providers.StatusCaptured,
-	"canceled":           providers.StatusCanceled,
-	"expired":            providers.StatusExpired,
-	"partially_refunded": providers.StatusPartiallyRefunded,
-	"refunded":           providers.StatusRefunded,
+var expectedStatus = map[orchestrator.Status]providers.Status{
+	orchestrator.StatusAuthorized:        providers.StatusAuthorized,
+	orchestrator.StatusFailed:            providers.StatusDeclined,
+	orchestrator.StatusCaptured:          providers.StatusCaptured,
+	orchestrator.StatusCanceled:          providers.StatusCanceled,
+	orchestrator.StatusExpired:           providers.StatusExpired,
+	orchestrator.StatusPartiallyRefunded: providers.StatusPartiallyRefunded,
+	orchestrator.StatusRefunded:          providers.StatusRefunded,
 }
 
 // judge applies the rules to one payment and the provider rows matched to
@@ -366,7 +367,7 @@ func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []findin
 		return f
 	}
 
-	if l.Status == "pending" {
+	if orchestrator.Status(l.Status) == orchestrator.StatusPending {
 		if now.Sub(l.CreatedAt) >= r.stuckAfter {
 			actual := "absent"
 			if len(rows) > 0 {
@@ -420,7 +421,7 @@ func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []findin
 	}
 	if f, ok := r.lapsed(l, &rm, base); ok {
 		out = append(out, f)
-	} else if want := expectedStatus[l.Status]; want != providers.Status(rm.Status) {
+	} else if want := expectedStatus[orchestrator.Status(l.Status)]; want != providers.Status(rm.Status) {
 		out = append(out, base(StatusMismatch, "status", string(want), rm.Status))
 	}
 	return out
@@ -429,7 +430,7 @@ func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []findin
 // lapsed reports a hold that expired uncaptured: we still hold it as
 // authorized past its capture_before, or the provider says it expired.
 func (r *Reconciler) lapsed(l *local, rm *remote, base func(category, field, expected, actual string) finding) (finding, bool) {
-	if l.Status != "authorized" {
+	if orchestrator.Status(l.Status) != orchestrator.StatusAuthorized {
 		return finding{}, false
 	}
 	providerExpired := rm != nil && rm.Status == string(providers.StatusExpired)

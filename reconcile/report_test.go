@@ -62,7 +62,7 @@ func TestABadProviderRowIsADiscrepancyNotAFailedDay(t *testing.T) {
 					}
 					return nil
 				}}
-				e.rec = reconcile.New(reconcile.Config{Pool: e.svc.Pool(), Providers: map[string]providers.Provider{"fake": prov},
+				e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": prov},
 					Clock: e.clk.Now})
 				// Our payment lost its only provider row.
 				want += "," + reconcile.MissingAtProvider + "/"

@@ -23,7 +23,7 @@ import (
 // t ends.
 func poolOf(t testing.TB, e *env, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(e.svc.Pool().Config().ConnString())
+	cfg, err := pgxpool.ParseConfig(e.pool.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestFailedRunErrorIsClientSafe(t *testing.T) {
 		fault func(t *testing.T, e *env) providers.Provider
 	}{
 		{"ASQLErrorIsAnInternalError", "internal error; see the logs for run ", func(t *testing.T, e *env) providers.Provider {
-			if _, err := e.svc.Pool().Exec(ctx, `ALTER TABLE reconciliation_provider_rows RENAME TO staging_gone`); err != nil {
+			if _, err := e.pool.Exec(ctx, `ALTER TABLE reconciliation_provider_rows RENAME TO staging_gone`); err != nil {
 				t.Fatal(err)
 			}
 			return e.fc
@@ -88,7 +88,7 @@ func TestFailedRunErrorIsClientSafe(t *testing.T) {
 			var once sync.Once
 			return reportHook{Provider: e.fc, hook: func(ctx context.Context, _ *providers.ReportRow) error {
 				var err error
-				once.Do(func() { err = terminateCopy(ctx, e.svc.Pool()) })
+				once.Do(func() { err = terminateCopy(ctx, e.pool) })
 				return err
 			}}
 		}},
@@ -117,10 +117,10 @@ func TestFailedRunErrorIsClientSafe(t *testing.T) {
 				t.Fatalf("run %s %q, want failed with %q", run.Status, deref(run.Error), tc.want)
 			}
 			var user string
-			if err := e.svc.Pool().QueryRow(ctx, `SELECT current_user`).Scan(&user); err != nil {
+			if err := e.pool.QueryRow(ctx, `SELECT current_user`).Scan(&user); err != nil {
 				t.Fatal(err)
 			}
-			host := e.svc.Pool().Config().ConnConfig.Host
+			host := e.pool.Config().ConnConfig.Host
 			for _, leak := range []string{"SQLSTATE", "ERROR", "FATAL", "relation", "terminating", "reconciliation_provider_rows",
 				"COPY", user, host} {
 				if strings.Contains(*run.Error, leak) {

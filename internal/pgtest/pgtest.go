@@ -47,6 +47,13 @@ var (
 	template  string
 
 	createMu sync.Mutex // CREATE DATABASE … TEMPLATE needs the template idle
+
+	// The durable cluster (DurableURL), started on first use.
+	durableOnce    sync.Once
+	durableErr     error
+	durableBase    *url.URL
+	durableCluster *pgcluster.Cluster
+	durableTo      string
 )
 
 // Main runs the tests of a package and then stops the cluster, if one was
@@ -176,11 +183,15 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 }
 
 func shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if durableCluster != nil {
+		_ = durableCluster.Stop(ctx)
+		_ = os.RemoveAll(durableTo)
+	}
 	if baseURL == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if cluster != nil {
 		_ = cluster.Stop(ctx)
 		_ = os.RemoveAll(clusterTo)
@@ -285,4 +296,87 @@ func Pool(t testing.TB, dbURL string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// durableSettings configures a cluster in dir with PostgreSQL's durable
+// defaults: fsync, synchronous_commit and full_page_writes on, so every
+// commit waits for its WAL flush, as in production. SPEC: benchmarks are
+// measured on PostgreSQL with durable settings.
+func durableSettings(dir string) pgcluster.Config {
+	cfg := throwAway(dir)
+	cfg.NoSync = false
+	cfg.Settings["fsync"] = "on"
+	cfg.Settings["synchronous_commit"] = "on"
+	cfg.Settings["full_page_writes"] = "on"
+	return cfg
+}
+
+// startDurable starts the durable cluster and migrates its template (the
+// same template name as the throw-away cluster's, on another server).
+func startDurable() error {
+	dir, err := os.MkdirTemp("", "payorch-pgd-")
+	if err != nil {
+		return err
+	}
+	durableTo = dir
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, durableSettings(dir))
+	if err != nil {
+		return err
+	}
+	durableCluster = c
+	u, _ := url.Parse(c.ConnString("postgres"))
+	durableBase = u
+	admin, err := pgx.Connect(ctx, c.ConnString("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgtest: connect to the durable cluster: %w", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{template}.Sanitize()); err != nil {
+		return fmt.Errorf("pgtest: create durable template: %w", err)
+	}
+	return migrate(ctx, c.ConnString(template))
+}
+
+// DurableURL returns the URL of a new migrated database of t's own on a
+// durable cluster: fsync, synchronous_commit and full_page_writes on, so
+// each commit costs a WAL flush to disk. It is for benchmarks that count
+// commits (the throw-away cluster of URL turns all three off); the cluster
+// is started on first use, once per test binary, and stopped (its
+// databases with it) by Main. With
+// PAYORCH_TEST_DATABASE_URL set, it is a database on that server, durable
+// or not as that server is configured.
+func DurableURL(t testing.TB) string {
+	t.Helper()
+	ensure(t)
+	if cluster == nil { // an external server
+		return URL(t)
+	}
+	durableOnce.Do(func() { durableErr = startDurable() })
+	if durableErr != nil {
+		t.Fatalf("pgtest: no durable cluster: %v", durableErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := prefix + "_d" + hex.EncodeToString(b)
+	u := *durableBase
+	admin, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	createMu.Lock()
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
+	createMu.Unlock()
+	if err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }

@@ -1,0 +1,21 @@
+package reconcile
+
+import (
+	"testing"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// Every payment state but pending (judged apart: stuck_pending) has the
+// provider state reconciliation expects of it.
+func TestExpectedStatusCoversEveryPaymentState(t *testing.T) {
+	t.Parallel()
+	for _, st := range orchestrator.Statuses {
+		if _, ok := expectedStatus[st]; ok == (st == orchestrator.StatusPending) {
+			t.Errorf("expectedStatus[%s] present: %v", st, ok)
+		}
+	}
+	if len(expectedStatus) != len(orchestrator.Statuses)-1 {
+		t.Errorf("expectedStatus has %d states, want %d", len(expectedStatus), len(orchestrator.Statuses)-1)
+	}
+}
