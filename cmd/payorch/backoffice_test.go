@@ -59,9 +59,9 @@ func TestBackofficeWorkNeverStarvesPayments(t *testing.T) {
 	}
 	fakeURL := startFakeProvider(t)
 	day := time.Now().UTC().AddDate(0, 0, -2).Truncate(24 * time.Hour)
-	seedBigDay(t, pool, fake.NewClient(fakeURL, &http.Client{}), tenant.ID, day, holds)
+	seedBigDay(t, pool, fake.NewClient(fakeURL, &http.Client{}).WithToken(backofficeFakeToken), tenant.ID, day, holds)
 
-	srv := startServe(t, map[string]string{"DATABASE_URL": dbURL, "PAYORCH_FAKE_URL": fakeURL,
+	srv := startServe(t, map[string]string{"DATABASE_URL": dbURL, "PAYORCH_FAKE_URL": fakeURL, "PAYORCH_FAKE_TOKEN": backofficeFakeToken,
 		"PAYORCH_DB_MAX_CONNS": "8", "PAYORCH_BACKOFFICE_MAX_CONNS": "4", "PAYORCH_LOG_LEVEL": "warn",
 		"PAYORCH_RESOLVER_INTERVAL": "0", "PAYORCH_RECONCILE_SCHEDULE": "off"})
 	fin := &financeClient{t: t, base: srv.base, key: finance, day: day.Format(time.DateOnly)}
@@ -165,6 +165,9 @@ func seedBigDay(t *testing.T, pool *pgxpool.Pool, fc *fake.Client, tenant int64,
 	}
 }
 
+// backofficeFakeToken is the bearer token of the test's fake provider.
+const backofficeFakeToken = "backoffice"
+
 // startFakeProvider runs `payorch fakeprovider` as a process of its own on
 // a loopback port (its report of the big day is not this test binary's
 // work) and returns its base URL.
@@ -172,16 +175,20 @@ func startFakeProvider(t *testing.T) string {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cmd := exec.Command(payorchBinary(t), "fakeprovider", "--listen", addr)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PAYORCH_LOG_LEVEL=error"}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PAYORCH_LOG_LEVEL=error", "PAYORCH_FAKE_TOKEN=" + backofficeFakeToken}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	url := "http://" + addr
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if res, err := http.Get(url + "/healthz"); err == nil {
+		req, _ := http.NewRequest(http.MethodGet, url+"/healthz", nil)
+		req.Header.Set("Authorization", "Bearer "+backofficeFakeToken)
+		if res, err := http.DefaultClient.Do(req); err == nil {
 			res.Body.Close()
-			return url
+			if res.StatusCode == http.StatusOK {
+				return url
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("fake provider did not start")

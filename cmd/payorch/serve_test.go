@@ -128,6 +128,7 @@ func TestServeOverTLSWithMetricsOnTheirOwnAddress(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL":               pgtest.URL(t),
 		"PAYORCH_LOG_LEVEL":          "error",
+		"PAYORCH_ENVIRONMENT":        "test",
 		"PAYORCH_RESOLVER_INTERVAL":  "0",
 		"PAYORCH_KEY_SWEEP_INTERVAL": "0",
 		"PAYORCH_RECONCILE_SCHEDULE": "off",
@@ -223,7 +224,7 @@ func TestServeRefusesToStartWithoutItsCertificateOrMetricsAddress(t *testing.T) 
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := "127.0.0.1:" + strconv.Itoa(freePort(t))
-			env := map[string]string{"DATABASE_URL": dbURL, "PAYORCH_LOG_LEVEL": "error", "PAYORCH_RESOLVER_INTERVAL": "0",
+			env := map[string]string{"DATABASE_URL": dbURL, "PAYORCH_LOG_LEVEL": "error", "PAYORCH_ENVIRONMENT": "test", "PAYORCH_RESOLVER_INTERVAL": "0",
 				"PAYORCH_KEY_SWEEP_INTERVAL": "0", "PAYORCH_RECONCILE_SCHEDULE": "off"}
 			for k, v := range tc.env {
 				env[k] = v
