@@ -41,6 +41,12 @@ type Config struct {
 	// Providers by name; DefaultProvider is used when a request names none.
 	Providers       map[string]providers.Provider
 	DefaultProvider string
+	// Connectors holds the options of connectors by name (connector.go);
+	// a connector without an entry has the zero options.
+	Connectors map[string]ConnectorOptions
+	// MaxAttempts bounds the attempts of one payment across connectors;
+	// 0 means DefaultMaxAttempts.
+	MaxAttempts int
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -70,6 +76,8 @@ type Service struct {
 	logger          *slog.Logger
 	providers       map[string]providers.Provider
 	defaultProvider string
+	connectors      map[string]ConnectorOptions
+	maxAttempts     int
 	providerTimeout time.Duration
 	lease           time.Duration
 	keyTTL          time.Duration
@@ -92,6 +100,10 @@ func NewService(cfg Config) *Service {
 		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
 		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache)}
 	s.schemaVersions = cfg.SchemaVersions
+	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
+	if s.maxAttempts <= 0 {
+		s.maxAttempts = DefaultMaxAttempts
+	}
 	if s.providerTimeout == 0 {
 		s.providerTimeout = 15 * time.Second
 	}
