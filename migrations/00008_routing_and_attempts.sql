@@ -19,6 +19,7 @@
 --
 -- payment_attempts: one row per attempt (a connector and its own forwarded
 -- key), written when the attempt starts and updated with its last outcome.
+-- A payment's history records each new attempt as an attempt_started event.
 
 -- +goose Up
 CREATE TABLE routing_versions (
@@ -86,6 +87,10 @@ CREATE TABLE payment_attempts (
     CONSTRAINT payment_attempts_outcome_check CHECK (outcome IN ('authorized', 'declined', 'rejected', 'not_executed', 'unknown'))
 );
 
+ALTER TABLE payment_events
+    DROP CONSTRAINT payment_events_type_check,
+    ADD CONSTRAINT payment_events_type_check CHECK (type IN ('state_changed', 'provider_call', 'request', 'attempt_started'));
+
 -- The console's connector charts read the last 24 hours by connector.
 CREATE INDEX payment_attempts_connector_started_at_idx ON payment_attempts (connector, started_at);
 
@@ -103,6 +108,8 @@ UPDATE payments SET route = ARRAY[provider];
 
 -- +goose Down
 DROP TABLE payment_attempts;
+-- payment_events keeps its attempt_started events (it is append-only) and
+-- so the wider type check.
 ALTER TABLE payments DROP COLUMN routing_version, DROP COLUMN route, DROP COLUMN attempt, DROP COLUMN resolving_until;
 DROP TABLE routing_versions;
 DROP FUNCTION routing_versions_notify();

@@ -188,7 +188,7 @@ const createPaymentSQL = `
 		ON CONFLICT (tenant_id, id) DO NOTHING
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 	), event AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
 		SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), @now
@@ -202,7 +202,7 @@ const createPaymentSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 	FROM p`
 
 // authorizeResult maps a settled payment to the answer of its authorize
@@ -268,7 +268,7 @@ const settleAuthorizeSQL = `
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending'
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -288,7 +288,7 @@ const settleAuthorizeSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, request_hash, field_hashes, false AS completed
+		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes, false AS completed
 	FROM p`
 
 // settleCompleteSQL is settleAuthorizeSQL that completes the key with
@@ -303,7 +303,7 @@ const settleCompleteSQL = `
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending'
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -325,7 +325,7 @@ const settleCompleteSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, request_hash, field_hashes,
+		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes,
 		EXISTS (SELECT 1 FROM complete) AS completed
 	FROM p`
 

@@ -85,6 +85,17 @@ type Payment struct {
 	CaptureBefore  *time.Time        `json:"capture_before" db:"capture_before"`
 	CreatedAt      time.Time         `json:"created_at" db:"created_at"`
 	UpdatedAt      time.Time         `json:"updated_at" db:"updated_at"`
+	// RoutingVersion is the version of the tenant's routing rules that
+	// chose Route; nil when none applied (the request named its provider,
+	// or the tenant has no rules and the default connector was used).
+	RoutingVersion *int `json:"routing_version" db:"routing_version"`
+	// Attempt is the number of the attempt holding the payment, on
+	// Provider (the connector); attempts before it certainly moved no
+	// money (cascade.go).
+	Attempt int `json:"attempt" db:"attempt"`
+	// Route is the connectors chosen for the payment when it was created,
+	// in order; later attempts follow it.
+	Route []string `json:"-" db:"route"`
 }
 
 // paymentRow is a payments row as statements return it: the Payment and
@@ -93,7 +104,7 @@ type Payment struct {
 //
 //	tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 //	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-//	capture_before, created_at, updated_at, request_hash, field_hashes
+//	capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 //
 // (each statement spells them out; they are read by name, so a column
 // missing or left over fails the read instead of shifting the others).
@@ -134,7 +145,7 @@ func (p *Payment) normalize() {
 const selectPaymentSQL = `
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 	FROM payments
 	WHERE tenant_id = @tenant_id AND id = @payment_id`
 
@@ -185,7 +196,7 @@ func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment,
 	const q = `
 		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 		FROM payments
 		WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
 	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
@@ -205,7 +216,7 @@ func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Pa
 	const q = `
 		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 		FROM payments
 		WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
 		ORDER BY created_at DESC, id LIMIT 100`
@@ -250,7 +261,7 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 	const q = `
 		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 		FROM payments
 		WHERE ($1::bigint = 0 OR tenant_id = $1)
 		  AND ($2 = '' OR status = $2)
