@@ -247,8 +247,8 @@ type hostileEnv struct {
 func (h *hostileEnv) snapshot(t *testing.T) string {
 	t.Helper()
 	var parts []string
-	for _, table := range []string{"payments", "payment_operations", "payment_events", "idempotency_keys",
-		"reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants"} {
+	for _, table := range []string{"payments", "payment_operations", "payment_events", "payment_attempts", "idempotency_keys",
+		"routing_versions", "reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants"} {
 		parts = append(parts, fmt.Sprintf(`SELECT '%[1]s', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %[1]s t`, table))
 	}
 	parts = append(parts, `SELECT 'api_keys', count(*), '' FROM api_keys`)
@@ -299,6 +299,7 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 			query: []string{"idempotency_key", "tenant_id", "status", "created_gte", "created_lt", "limit", "starting_after"}},
 		"GET /v1/payments/:id":        {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /v1/payments/:id/events": {roles: as(support), path: map[string]string{"id": authorized.ID}},
+		"GET /v1/payments/:id/attempts": {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"POST /v1/reconciliation/runs": {roles: as(finance),
 			body:   map[string]string{"provider": `"fake"`, "date": `"` + today + `"`},
 			fields: map[string]kind{"provider": token, "date": token}},

@@ -383,6 +383,16 @@ func TestOpenAPIContract(t *testing.T) {
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + other.ID + "/events", apiKey: support})
 		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + pay.ID + "/attempts", apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		if got := decode[struct {
+			Data []struct {
+				Attempt   int    `json:"attempt"`
+				Connector string `json:"connector"`
+			} `json:"data"`
+		}](t, b); len(got.Data) != 1 || got.Data[0].Attempt != 1 || got.Data[0].Connector != "fake" {
+			t.Fatalf("attempts of a payment authorized at once: %s", b)
+		}
 	})
 
 	t.Run("Reconciliation", func(t *testing.T) {

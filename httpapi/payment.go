@@ -170,6 +170,19 @@ func (s *Server) paymentEvents(c echo.Context) error {
 	return c.JSON(http.StatusOK, newList(evs, false))
 }
 
+// paymentAttempts: GET /v1/payments/{id}/attempts.
+func (s *Server) paymentAttempts(c echo.Context) error {
+	id := c.Param("id")
+	if !validID(id) {
+		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
+	}
+	as, err := s.svc.Attempts(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(as, false))
+}
+
 // listPayments: GET /v1/payments, by idempotency key or as a
 // cursor-paginated list.
 func (s *Server) listPayments(c echo.Context) error {

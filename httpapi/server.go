@@ -195,6 +195,7 @@ func (s *Server) routes() {
 	v1.GET("/payments", s.listPayments, readers)
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
+	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
 
 	if s.rec != nil {
 		finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)

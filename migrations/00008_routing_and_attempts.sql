@@ -13,12 +13,15 @@
 -- created, in order (the routing decision, fixed once: a retry, a resumed
 -- request and the resolver all follow the same list). payments.attempt:
 -- the attempt now holding the payment, on the connector in
--- payments.provider. payments.resolving_until: while the resolver calls the
--- provider for the payment's current attempt, the next attempt may not
--- start (see orchestrator/cascade.go).
+-- payments.provider.
 --
 -- payment_attempts: one row per attempt (a connector and its own forwarded
 -- key), written when the attempt starts and updated with its last outcome.
+-- dispatched counts the provider calls made (or about to be made) with the
+-- attempt's key, each counted before it is sent; not_executed counts those
+-- that certainly did not execute. The next attempt may start only while
+-- the two are equal: every call of this attempt certainly moved no money
+-- (see orchestrator/cascade.go).
 -- A payment's history records each new attempt as an attempt_started event.
 
 -- +goose Up
@@ -63,7 +66,6 @@ ALTER TABLE payments
     ADD COLUMN routing_version integer,
     ADD COLUMN route text[] NOT NULL DEFAULT '{}',
     ADD COLUMN attempt smallint NOT NULL DEFAULT 1,
-    ADD COLUMN resolving_until timestamptz,
     ADD CONSTRAINT payments_attempt_check CHECK (attempt BETWEEN 1 AND 10);
 
 CREATE TABLE payment_attempts (
@@ -79,12 +81,15 @@ CREATE TABLE payment_attempts (
     code          text,
     provider_ref  text,
     latency_ms    double precision,
+    dispatched    integer          NOT NULL DEFAULT 1,
+    not_executed  integer          NOT NULL DEFAULT 0,
     started_at    timestamptz      NOT NULL,
     ended_at      timestamptz,
     CONSTRAINT payment_attempts_pkey PRIMARY KEY (tenant_id, payment_id, attempt),
     CONSTRAINT payment_attempts_payment_fkey FOREIGN KEY (tenant_id, payment_id) REFERENCES payments (tenant_id, id),
     CONSTRAINT payment_attempts_attempt_check CHECK (attempt BETWEEN 1 AND 10),
-    CONSTRAINT payment_attempts_outcome_check CHECK (outcome IN ('authorized', 'declined', 'rejected', 'not_executed', 'unknown'))
+    CONSTRAINT payment_attempts_outcome_check CHECK (outcome IN ('authorized', 'declined', 'rejected', 'not_executed', 'unknown')),
+    CONSTRAINT payment_attempts_calls_check CHECK (not_executed BETWEEN 0 AND dispatched)
 );
 
 ALTER TABLE payment_events
@@ -110,7 +115,7 @@ UPDATE payments SET route = ARRAY[provider];
 DROP TABLE payment_attempts;
 -- payment_events keeps its attempt_started events (it is append-only) and
 -- so the wider type check.
-ALTER TABLE payments DROP COLUMN routing_version, DROP COLUMN route, DROP COLUMN attempt, DROP COLUMN resolving_until;
+ALTER TABLE payments DROP COLUMN routing_version, DROP COLUMN route, DROP COLUMN attempt;
 DROP TABLE routing_versions;
 DROP FUNCTION routing_versions_notify();
 DROP FUNCTION routing_versions_append_only();

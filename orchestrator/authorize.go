@@ -124,21 +124,29 @@ type Outcome struct {
 // Errors: validation_failed, idempotency_key_reused, payment_declined (with
 // the failed payment in the Outcome), provider_unavailable, internal.
 func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (Outcome, error) {
+	pinned := in.Provider != ""
 	if err := in.Validate(s); err != nil {
 		return Outcome{}, err
 	}
+	version, route, err := s.routeFor(ctx, in, pinned)
+	if err != nil {
+		return Outcome{}, err
+	}
 	id := PaymentID(in.TenantID, in.Key)
+	first := s.firstConnector(route)
 	// One statement (createPaymentSQL), so one round trip and one
 	// transaction. When the payment exists already (a resumed request, or
 	// a purged key), nothing is written and it is read instead.
 	rows, _ := s.pool.Query(ctx, createPaymentSQL, withClaim(c, namedArgs{
 		"tenant_id": in.TenantID, "payment_id": id, "key": in.Key,
 		"request_hash": in.Fingerprint.Hash, "field_hashes": in.Fingerprint.Fields,
-		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": in.Provider,
+		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
 		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
+		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
 		"now": s.now(),
 	}))
 	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
+	created := err == nil
 	if isNoRows(err) {
 		rows, _ = s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": id})
 		p, err = pgx.CollectExactlyOneRow(rows, scanPaymentRow)
@@ -154,14 +162,13 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	if p.Status != StatusPending {
 		return authorizeResult(p.Payment)
 	}
-	if p.ProviderRef != nil {
-		// An earlier attempt got as far as the provider's reference: one
-		// lookup settles it, and only a hold that was never confirmed is
-		// authorized again. (Re-creating it could otherwise place a second
-		// hold once the provider has forgotten the key, after 24h at Stripe.)
+	if !created {
+		// Resumed: an earlier execution got as far as creating it, perhaps
+		// further (resolvePayment picks up from where it stopped).
 		return s.resolvePayment(ctx, c, p.Payment)
 	}
-	return s.authorizeAtProvider(ctx, c, p.Payment, providers.ForwardedKey(in.TenantID, OpAuthorize, in.Key))
+	// createPaymentSQL counted this first call of the first attempt.
+	return s.authorizeAtProvider(ctx, c, p.Payment, true)
 }
 
 // The pgbench script of the hot path (testdata/bench/authorize_hot_path.sql)
@@ -169,9 +176,10 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 // against them by TestHotPathScript.
 //go:generate go test -run ^TestHotPathScript$ -update-hot-path .
 
-// createPaymentSQL writes a new pending payment, its first event and the
-// key's recovery point, or nothing when the payment exists (then it
-// returns no row).
+// createPaymentSQL writes a new pending payment, its first attempt (its
+// first provider call counted: the caller makes it next), its first event
+// and the key's recovery point, or nothing when the payment exists (then
+// it returns no row).
 //
 // The statements of the money path are written out whole, each next to
 // the function that runs it, so that each reads on its own: some text
@@ -182,13 +190,18 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 const createPaymentSQL = `
 	WITH p AS (
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
-			currency, provider, payment_method, description, metadata, created_at, updated_at)
+			currency, provider, payment_method, description, metadata, created_at, updated_at,
+			routing_version, route, attempt)
 		VALUES (@tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
-			@currency, @provider, @payment_method, @description, @metadata, @now, @now)
+			@currency, @provider, @payment_method, @description, @metadata, @now, @now,
+			@routing_version, @route, 1)
 		ON CONFLICT (tenant_id, id) DO NOTHING
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+	), attempt AS (
+		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
+		SELECT tenant_id, id, 1, provider, @forwarded_key, 1, @now FROM p
 	), event AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
 		SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), @now
@@ -222,22 +235,76 @@ func authorizeResult(p Payment) (Outcome, error) {
 // the provider gives it, before the hold is confirmed.
 const saveReferenceSQL = `
 	UPDATE payments SET provider_ref = @provider_ref
-	WHERE tenant_id = @tenant_id AND id = @payment_id AND provider_ref IS NULL`
+	WHERE tenant_id = @tenant_id AND id = @payment_id AND attempt = @attempt AND provider_ref IS NULL`
 
-// authorizeAtProvider calls the provider for a pending payment with its
-// forwarded key and records the answer. Used by requests and the resolver.
-func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, fwd string) (Outcome, error) {
+// authorizeAtProvider authorizes pending payment p at the connector of
+// its current attempt with that attempt's key, fails over to the next
+// connector of its route while that is safe (cascade.go), and records the
+// answer. counted says the call about to be made is counted already (by
+// the statement that started the attempt); otherwise it is counted first
+// (dispatch). Used by requests (c set) and the resolver (c nil, which
+// never fails over).
+func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, counted bool) (Outcome, error) {
+	for {
+		if !counted {
+			ok, err := s.dispatch(ctx, p)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if !ok {
+				// Settled, or moved to another attempt, meanwhile.
+				return s.resumeMoved(ctx, c, p)
+			}
+		}
+		hold, call, callErr := s.callAuthorize(ctx, &p)
+		next, reason, ok := s.failOverCandidate(c, p, hold, callErr)
+		if !ok {
+			return s.settleAuthorize(ctx, c, p, hold, callErr, &call)
+		}
+		moved, advanced, err := s.failOver(ctx, p, &call, hold, callErr, next, reason)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !advanced {
+			// The call is recorded; answer from it as if p's route ended
+			// here.
+			return s.settleAuthorize(ctx, c, p, hold, callErr, nil)
+		}
+		p, counted = moved, true // failOverSQL counted the next call
+	}
+}
+
+// resumeMoved continues a request or resolver pass whose payment p was
+// settled or moved to another attempt by another execution: from the
+// payment as it is now.
+func (s *Service) resumeMoved(ctx context.Context, c *Claim, p Payment) (Outcome, error) {
+	cur, err := s.readPayment(ctx, p.TenantID, p.ID)
+	if err != nil {
+		return Outcome{}, internalf("read payment %s: %w", p.ID, err)
+	}
+	if cur.Status != StatusPending || cur.Attempt == p.Attempt {
+		return authorizeResult(cur)
+	}
+	return s.resolvePayment(ctx, c, cur)
+}
+
+// callAuthorize makes one authorization call for p's current attempt: at
+// its connector, with its key. The reference the connector gives before
+// its answer is saved at once (saveReferenceSQL) and set on the returned
+// hold, and on p, when the answer lacks it.
+func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold, providerCall, error) {
 	prov := s.providers[p.Provider]
 	if prov == nil {
-		return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
+		return providers.Hold{}, providerCall{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
 	}
+	fwd := attemptKey(*p)
 	var saved string // the reference OnReference wrote
 	req := providers.AuthorizeRequest{
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, Description: p.Description,
 		OnReference: func(ctx context.Context, ref string) error {
 			tag, err := s.pool.Exec(ctx, saveReferenceSQL, namedArgs{
-				"tenant_id": p.TenantID, "payment_id": p.ID, "provider_ref": ref})
+				"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "provider_ref": ref})
 			if err == nil && tag.RowsAffected() == 1 {
 				saved = ref
 			}
@@ -245,15 +312,18 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 		},
 	}
 	var hold providers.Hold
-	call, err := s.runProviderCall(ctx, p, "authorize", fwd, func(ctx context.Context) error {
+	call, err := s.runProviderCall(ctx, *p, "authorize", fwd, func(ctx context.Context) error {
 		var err error
 		hold, err = prov.Authorize(ctx, req)
 		return err
 	})
 	if saved != "" {
 		p.ProviderRef = &saved
+		if hold.Ref == "" {
+			hold.Ref = saved
+		}
 	}
-	return s.settleAuthorize(ctx, c, p, hold, err, &call)
+	return hold, call, err
 }
 
 // settleAuthorizeSQL settles a pending payment in one statement: the
@@ -265,10 +335,16 @@ const settleAuthorizeSQL = `
 	WITH p AS (
 		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
 			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
-		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending'
+		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+	), attempt AS (
+		UPDATE payment_attempts a SET outcome = @attempt_outcome, code = @failure_code,
+			provider_ref = coalesce(@provider_ref, a.provider_ref),
+			latency_ms = coalesce(@call_latency_ms::double precision, a.latency_ms), ended_at = @now
+		FROM p
+		WHERE a.tenant_id = p.tenant_id AND a.payment_id = p.id AND a.attempt = p.attempt
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -300,10 +376,16 @@ const settleCompleteSQL = `
 	WITH p AS (
 		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
 			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
-		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending'
+		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+	), attempt AS (
+		UPDATE payment_attempts a SET outcome = @attempt_outcome, code = @failure_code,
+			provider_ref = coalesce(@provider_ref, a.provider_ref),
+			latency_ms = coalesce(@call_latency_ms::double precision, a.latency_ms), ended_at = @now
+		FROM p
+		WHERE a.tenant_id = p.tenant_id AND a.payment_id = p.id AND a.attempt = p.attempt
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -342,7 +424,7 @@ type settledRow struct {
 func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error, call *providerCall) (Outcome, error) {
 	to, failure, ok := settledBy(hold, callErr)
 	if !ok {
-		s.recordCall(ctx, p, call)
+		s.recordAttemptCall(ctx, p, call, hold, callErr)
 		return s.stillPending(ctx, p, hold, callErr)
 	}
 	// Times are kept to the microsecond, as PostgreSQL keeps them, so the
@@ -363,8 +445,9 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		detail["failure_code"] = *failure
 	}
 	args := withCall(call, withClaim(c, namedArgs{
-		"tenant_id": p.TenantID, "payment_id": p.ID, "status": to, "provider_ref": nullIfEmpty(hold.Ref),
+		"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "status": to, "provider_ref": nullIfEmpty(hold.Ref),
 		"capture_before": settled.CaptureBefore, "failure_code": failure, "now": now, "detail": detail,
+		"attempt_outcome": attemptOutcome(hold, callErr),
 	}))
 	q := settleAuthorizeSQL
 	// A request's answer is decided from the settled payment as predicted,

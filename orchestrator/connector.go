@@ -1,5 +1,7 @@
 package orchestrator
 
+import "slices"
+
 // A connector is a named, configured instance of a provider adapter
 // (fake_a, fake_b, stripe): Config.Providers holds its adapter by name, and
 // Config.Connectors its options. payments.provider and
@@ -31,4 +33,14 @@ const DefaultMaxAttempts = 3
 func (s *Service) connectorEnabled(name string) bool {
 	_, ok := s.providers[name]
 	return ok && !s.connectors[name].Disabled
+}
+
+// connectorNames returns the configured connectors' names, sorted.
+func (s *Service) connectorNames() []string {
+	names := make([]string, 0, len(s.providers))
+	for name := range s.providers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

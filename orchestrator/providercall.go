@@ -44,6 +44,10 @@ func (s *Service) runProviderCall(ctx context.Context, p Payment, operation, fwd
 			pc.detail["code"] = code
 		}
 	}
+	if p.Attempt > 0 {
+		pc.detail["attempt"] = p.Attempt
+	}
+	s.breakerRecord(p.Provider, err)
 	s.tel.endProviderCall(sctx, span, p, operation, pc.outcome, err, elapsed)
 	s.logger.InfoContext(sctx, "provider call", "payment_id", p.ID, "provider", p.Provider, "operation", operation,
 		"forwarded_key", fwd, "outcome", pc.outcome, "latency_ms", pc.latencyMS)

@@ -130,9 +130,9 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 	if prov == nil {
 		return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
 	}
-	fwd := providers.ForwardedKey(p.TenantID, OpAuthorize, p.IdempotencyKey)
+	fwd := attemptKey(p)
 	if p.ProviderRef == nil {
-		return s.authorizeAtProvider(ctx, c, p, fwd)
+		return s.authorizeAtProvider(ctx, c, p, false)
 	}
 	var hold providers.Hold
 	err := s.callProvider(ctx, p, "lookup", fwd, func(ctx context.Context) error {
@@ -144,7 +144,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 		if providers.KindOf(err) == providers.KindRejected && providers.CodeOf(err) == providers.CodeNotFound {
 			// The provider never finished creating it: the retry with the
 			// same key creates it (once) or replays what it did.
-			return s.authorizeAtProvider(ctx, c, p, fwd)
+			return s.authorizeAtProvider(ctx, c, p, false)
 		}
 		return Outcome{Payment: p, Pending: true}, nil
 	}
@@ -160,7 +160,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 	}
 	// Not final at the provider yet (e.g. created, not confirmed): retry
 	// the authorization with the same key.
-	return s.authorizeAtProvider(ctx, c, p, fwd)
+	return s.authorizeAtProvider(ctx, c, p, false)
 }
 
 // resolveOperation retries a pending capture, cancel or refund with its

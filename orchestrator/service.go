@@ -47,6 +47,8 @@ type Config struct {
 	// MaxAttempts bounds the attempts of one payment across connectors;
 	// 0 means DefaultMaxAttempts.
 	MaxAttempts int
+	// Breaker tunes the connectors' health breakers (breaker.go).
+	Breaker BreakerConfig
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -78,6 +80,7 @@ type Service struct {
 	defaultProvider string
 	connectors      map[string]ConnectorOptions
 	maxAttempts     int
+	breakers        map[string]*breaker
 	providerTimeout time.Duration
 	lease           time.Duration
 	keyTTL          time.Duration
@@ -103,6 +106,10 @@ func NewService(cfg Config) *Service {
 	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts
+	}
+	s.breakers = make(map[string]*breaker, len(s.providers))
+	for name := range s.providers {
+		s.breakers[name] = newBreaker(cfg.Breaker.withDefaults())
 	}
 	if s.providerTimeout == 0 {
 		s.providerTimeout = 15 * time.Second

@@ -49,6 +49,8 @@ type telemetry struct {
 	providerCall metric.Float64Histogram
 	takeovers    metric.Int64Counter
 	purged       metric.Int64Counter
+	failovers    metric.Int64Counter
+	breakerState metric.Int64ObservableGauge
 
 	pendingPayments   metric.Int64ObservableGauge
 	pendingOperations metric.Int64ObservableGauge
@@ -63,7 +65,7 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 	t := &telemetry{pending: otelx.Reading[PendingStats]{Every: pendingCacheFor, Timeout: pendingQueryTimeout, Read: s.Pending}}
 	var m metric.Meter
 	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
-	var errs [8]error
+	var errs [10]error
 	t.providerCall, errs[0] = m.Float64Histogram("payorch.provider_call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of provider calls by provider, operation and outcome (ok, declined, rejected, not_executed, unknown)."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -77,6 +79,16 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 		metric.WithDescription("Captures, cancels and refunds whose provider answer is not known yet (whole database)."))
 	t.pendingOldest, errs[5] = m.Float64ObservableGauge("payorch.pending.oldest_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest pending payment or operation; 0 when nothing is pending."))
+	t.failovers, errs[7] = m.Int64Counter("payorch.connector.failovers", metric.WithUnit("{failover}"),
+		metric.WithDescription("Payments moved to the next connector of their route, by connector left (from), connector tried (to) and reason (the code that made it safe)."))
+	t.breakerState, errs[8] = m.Int64ObservableGauge("payorch.connector.breaker_state", metric.WithUnit("{state}"),
+		metric.WithDescription("Health breaker of each connector in this instance: 0 closed, 1 half-open (probing), 2 open (skipped)."))
+	_, errs[9] = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, h := range s.ConnectorHealth() {
+			o.ObserveInt64(t.breakerState, breakerGauge[h.Breaker], metric.WithAttributes(attribute.String("connector", h.Name)))
+		}
+		return nil
+	}, t.breakerState)
 	if s.pool != nil {
 		_, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 			st, ok := s.pendingCached(ctx)
@@ -89,6 +101,15 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 		}, t.pendingPayments, t.pendingOperations, t.pendingOldest)
 	}
 	return t, errors.Join(errs[:]...)
+}
+
+// breakerGauge is the value of the breaker-state gauge of each state.
+var breakerGauge = map[BreakerState]int64{BreakerClosed: 0, BreakerHalfOpen: 1, BreakerOpen: 2}
+
+// failedOver counts a payment moved from one connector to the next.
+func (t *telemetry) failedOver(ctx context.Context, from, to, reason string) {
+	t.failovers.Add(ctx, 1, metric.WithAttributes(attribute.String("from", from), attribute.String("to", to),
+		attribute.String("reason", reason)))
 }
 
 // pendingCached returns Pending as t.pending keeps it. ok is false when

@@ -51,13 +51,18 @@ WHERE tenant_id = (:tenant_id) AND operation = ('POST /v1/payments') AND key = (
 --    point (createPaymentSQL in Service.Authorize).
 WITH p AS (
 	INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
-		currency, provider, payment_method, description, metadata, created_at, updated_at)
+		currency, provider, payment_method, description, metadata, created_at, updated_at,
+		routing_version, route, attempt)
 	VALUES ((:tenant_id), ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea), ('{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb), 'pending', (1000),
-		('EUR'), ('fake'), ('pm_card_visa'), (''), ('{}'::jsonb), (now()), (now()))
+		('EUR'), ('fake'), ('pm_card_visa'), (''), ('{}'::jsonb), (now()), (now()),
+		(NULL::integer), (ARRAY['fake']), 1)
 	ON CONFLICT (tenant_id, id) DO NOTHING
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+), attempt AS (
+	INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
+	SELECT tenant_id, id, 1, provider, ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))), 1, (now()) FROM p
 ), event AS (
 	INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
 	SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), (now())
@@ -71,14 +76,14 @@ WITH p AS (
 )
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-	capture_before, created_at, updated_at, request_hash, field_hashes
+	capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
 FROM p;
 
 -- (the provider creates the hold: HTTP, no SQL)
 -- 3. Save the provider's reference before confirming (saveReferenceSQL,
 --    OnReference in Service.authorizeAtProvider).
 UPDATE payments SET provider_ref = ('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24))
-WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND provider_ref IS NULL;
+WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND attempt = (1) AND provider_ref IS NULL;
 
 -- (the provider confirms the hold: HTTP, no SQL)
 -- 4. Settle and answer: the payment is authorized, the provider call and
@@ -88,15 +93,21 @@ WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '
 WITH p AS (
 	UPDATE payments SET status = ('authorized'), provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), provider_ref),
 		capture_before = (now() + interval '7 days'), failure_code = (NULL), updated_at = (now())
-	WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND status = 'pending'
+	WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND status = 'pending' AND attempt = (1)
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+), attempt AS (
+	UPDATE payment_attempts a SET outcome = ('authorized'), code = (NULL),
+		provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), a.provider_ref),
+		latency_ms = coalesce((0.5)::double precision, a.latency_ms), ended_at = (now())
+	FROM p
+	WHERE a.tenant_id = p.tenant_id AND a.payment_id = p.id AND a.attempt = p.attempt
 ), events AS (
 	INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 		from_status, to_status, detail, created_at)
 	SELECT (:tenant_id), ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), 'provider_call', ('authorize')::text, ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)))::text,
-		('ok')::text, (0.5)::double precision, NULL::text, NULL::text, ('{"provider": "fake"}'::jsonb)::jsonb,
+		('ok')::text, (0.5)::double precision, NULL::text, NULL::text, ('{"attempt": 1, "provider": "fake"}'::jsonb)::jsonb,
 		(now())::timestamptz
 	WHERE ('authorize')::text IS NOT NULL
 	UNION ALL
@@ -113,6 +124,6 @@ WITH p AS (
 )
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-	capture_before, created_at, updated_at, request_hash, field_hashes,
+	capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes,
 	EXISTS (SELECT 1 FROM complete) AS completed
 FROM p;

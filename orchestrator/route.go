@@ -1,0 +1,30 @@
+package orchestrator
+
+import "context"
+
+// routeFor decides the route of a new payment: the connector its request
+// named (pinned: that one only, no failover), or else the connectors the
+// tenant's routing rules choose, enabled ones only. version is the
+// routing version that decided, nil when none did.
+func (s *Service) routeFor(ctx context.Context, in AuthorizeInput, pinned bool) (version *int, route []string, err error) {
+	if pinned {
+		if s.connectors[in.Provider].Disabled {
+			return nil, nil, ParamError("provider", "provider %q is disabled", in.Provider)
+		}
+		return nil, []string{in.Provider}, nil
+	}
+	return nil, []string{s.defaultProvider}, nil
+}
+
+// firstConnector is the connector of a new payment's first attempt: the
+// first of its route whose breaker lets a call through, or the route's
+// first when every breaker is open (better a call that may fail than a
+// payment refused without one).
+func (s *Service) firstConnector(route []string) string {
+	for _, name := range route {
+		if s.breakerAllows(name) {
+			return name
+		}
+	}
+	return route[0]
+}
