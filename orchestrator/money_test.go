@@ -31,37 +31,59 @@ import (
 var moneyStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 // moneyWorld is a Service on a database of its own and a fake provider
-// of its own, on one settable clock. Tests that move the clock or run the
-// resolver (which sweeps every tenant) have a world each; the others
-// share one per group, each with a tenant of its own (newTenant), since a
-// database takes a while to make.
+// of its own per connector, on one settable clock. Tests that move the
+// clock or run the resolver (which sweeps every tenant) have a world each;
+// the others share one per group, each with a tenant of its own
+// (newTenant), since a database takes a while to make.
 type moneyWorld struct {
 	svc   *orchestrator.Service
 	clk   *testkit.Clock
-	fake  *fake.Client
-	gates *gatedProvider
+	fake  *fake.Client   // the first connector's fake
+	gates *gatedProvider // the first connector's gates
+	// fakes and gated are every connector's, by name.
+	fakes map[string]*fake.Client
+	gated map[string]*gatedProvider
 }
 
-// newMoneyWorld builds a moneyWorld. providerTimeout bounds each
+// newMoneyWorld builds a moneyWorld with one connector, fake. providerTimeout bounds each
 // provider call (0: the Service's default); tests that make a call time
 // out use a short one, since they wait it out.
 func newMoneyWorld(t *testing.T, providerTimeout time.Duration) *moneyWorld {
 	t.Helper()
+	return newConnectorWorld(t, providerTimeout, nil, "fake")
+}
+
+// newConnectorWorld builds a moneyWorld with one connector per name, each
+// a fake provider of its own (its own holds, faults and operations log);
+// the first is the default. tune, when set, adjusts the Service's
+// configuration before it is made.
+func newConnectorWorld(t *testing.T, providerTimeout time.Duration, tune func(*orchestrator.Config), names ...string) *moneyWorld {
+	t.Helper()
 	clk := testkit.NewClock(moneyStart)
-	fr, err := fake.Start("127.0.0.1:0", fake.Config{Clock: clk.Now, TimeoutHang: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	w := &moneyWorld{clk: clk, fakes: map[string]*fake.Client{}, gated: map[string]*gatedProvider{}}
+	provs := map[string]providers.Provider{}
+	for _, name := range names {
+		fr, err := fake.Start("127.0.0.1:0", fake.Config{Clock: clk.Now, TimeoutHang: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		t.Cleanup(tr.CloseIdleConnections)
+		fc := fr.Client(&http.Client{Transport: tr})
+		gates := &gatedProvider{Provider: fc, gates: map[string]chan struct{}{}}
+		w.fakes[name], w.gated[name], provs[name] = fc, gates, gates
 	}
-	t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	fc := fr.Client(&http.Client{Transport: tr})
-	gates := &gatedProvider{Provider: fc, gates: map[string]chan struct{}{}}
-	svc := orchestrator.NewService(orchestrator.Config{
+	w.fake, w.gates = w.fakes[names[0]], w.gated[names[0]]
+	cfg := orchestrator.Config{
 		Pool: pgtest.DB(t), Clock: clk.Now, Lease: 30 * time.Second, ProviderTimeout: providerTimeout,
-		Providers: map[string]providers.Provider{"fake": gates}, DefaultProvider: "fake",
-	})
-	return &moneyWorld{svc: svc, clk: clk, fake: fc, gates: gates}
+		Providers: provs, DefaultProvider: names[0],
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	w.svc = orchestrator.NewService(cfg)
+	return w
 }
 
 // gatedProvider is the fake provider's client with gates: an
