@@ -16,7 +16,9 @@ import (
 // anything authentication reads changes, and on delete), so a revocation
 // anywhere reaches every instance within the notification's delivery time.
 // Whenever the listener is down the cache is off and empty: every
-// Authenticate reads the database, as without the cache.
+// Authenticate reads the database, as without the cache. The same
+// connection LISTENs on payorch_routing for the routing cache
+// (routingcache.go), which is on and off with this one.
 //
 // A generation counter closes the race between a request that read a key
 // and a revocation that commits (and is heard) before the request caches
@@ -161,13 +163,14 @@ func (c *keyCache) len() int {
 	return len(c.entries)
 }
 
-// StartKeyCache turns on the in-process API key cache: a dedicated
-// connection (not one of the pool's) listens for payorch_api_keys
-// notifications, and while it does, Authenticate serves keys it has already
-// verified once from memory (still comparing the presented secret's hash).
-// When the connection fails, the cache is turned off and emptied until the
-// listener has reconnected (with backoff) and listens again. The cache stays
-// off until this is called. stop ends the listener, turns the cache off and
+// StartKeyCache turns on the in-process API key cache and routing cache: a
+// dedicated connection (not one of the pool's) listens for payorch_api_keys
+// and payorch_routing notifications, and while it does, Authenticate
+// serves keys it has already verified once from memory (still comparing
+// the presented secret's hash), and routingFor tenants' routing it has
+// read once. When the connection fails, both caches are turned off and
+// emptied until the listener has reconnected (with backoff) and listens
+// again. The caches stay off until this is called. stop ends the listener, turns the cache off and
 // waits; so does ctx being done. One listener per Service: a second call
 // while one runs starts nothing and returns a no-op stop.
 func (s *Service) StartKeyCache(ctx context.Context) (stop func()) {
@@ -196,10 +199,17 @@ func (s *Service) StartKeyCache(ctx context.Context) (stop func()) {
 	}
 }
 
+// setCachesEnabled turns the caches that live on the listener's
+// notifications (API keys, routing) on or off, emptying them.
+func (s *Service) setCachesEnabled(on bool) {
+	s.keys.setEnabled(on)
+	s.routes.setEnabled(on)
+}
+
 // listenForKeys keeps a listener connection up until ctx is done; the
-// cache is on exactly while one listens.
+// caches are on exactly while one listens.
 func (s *Service) listenForKeys(ctx context.Context) {
-	defer s.keys.setEnabled(false)
+	defer s.setCachesEnabled(false)
 	dial := s.keyListenerConn
 	if s.keyListenerDial != nil {
 		dial = s.keyListenerDial
@@ -210,9 +220,9 @@ func (s *Service) listenForKeys(ctx context.Context) {
 		conn, err := dial(ctx)
 		if err == nil {
 			// Listening: every change committed from now on will be heard,
-			// and setEnabled advances the generation, so nothing read while
+			// and setEnabled advances the generations, so nothing read while
 			// the listener was down can be cached.
-			s.keys.setEnabled(true)
+			s.setCachesEnabled(true)
 			if reconnect {
 				s.logger.InfoContext(ctx, "api key cache listener reconnected; cache on")
 			} else {
@@ -220,7 +230,7 @@ func (s *Service) listenForKeys(ctx context.Context) {
 			}
 			backoff = keyListenerMinBackoff
 			err = s.keyNotifications(ctx, conn)
-			s.keys.setEnabled(false)
+			s.setCachesEnabled(false)
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = conn.Close(cctx)
 			cancel()
@@ -243,7 +253,7 @@ func (s *Service) listenForKeys(ctx context.Context) {
 }
 
 // keyListenerConn opens the listener's own connection, configured like
-// the pool's, and LISTENs on it.
+// the pool's, and LISTENs on it on both channels.
 func (s *Service) keyListenerConn(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyListenerTimeout)
 	defer cancel()
@@ -251,22 +261,29 @@ func (s *Service) keyListenerConn(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+keyCacheChannel); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, err
+	for _, ch := range []string{keyCacheChannel, routingCacheChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	return conn, nil
 }
 
-// keyNotifications evicts the key of each notification on conn until conn
-// fails (its error is returned) or ctx is done.
+// keyNotifications evicts the key, or the tenant's routing, of each
+// notification on conn until conn fails (its error is returned) or ctx is
+// done.
 func (s *Service) keyNotifications(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, keyListenerPingEvery)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
-		if n != nil && n.Channel == keyCacheChannel {
+		switch {
+		case n == nil:
+		case n.Channel == keyCacheChannel:
 			s.keys.invalidate(n.Payload)
+		case n.Channel == routingCacheChannel:
+			s.routes.invalidatePayload(n.Payload)
 		}
 		if err == nil {
 			continue

@@ -239,7 +239,7 @@ func TestKeyCache(t *testing.T) {
 		var n int
 		if err := pool.QueryRow(ctx, `
 			SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND query = 'LISTEN payorch_api_keys'`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND query LIKE 'LISTEN payorch\_%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n != 1 {
@@ -294,7 +294,7 @@ func TestKeyCache(t *testing.T) {
 		eventually(t, "no listener connection left after stop", func() bool {
 			var listeners int
 			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND query = 'LISTEN payorch_api_keys'`).Scan(&listeners)
+			WHERE datname = current_database() AND query LIKE 'LISTEN payorch\_%'`).Scan(&listeners)
 			return err == nil && listeners == 0
 		})
 		mustAuth(t, s, key)

@@ -88,8 +88,10 @@ type Service struct {
 	// replays holds completed keys for replays; nil when off.
 	replays *replayCache
 
-	// keys caches valid API keys while StartKeyCache's listener runs.
+	// keys caches valid API keys, and routes tenants' active routing,
+	// while StartKeyCache's listener runs.
 	keys          *keyCache
+	routes        *routingCache
 	keyListenerMu sync.Mutex
 	keyListenerOn bool
 	// keyListenerDial opens the cache's listener connection; nil means
@@ -101,7 +103,8 @@ type Service struct {
 func NewService(cfg Config) *Service {
 	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger, providers: cfg.Providers,
 		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
-		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache)}
+		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache),
+		routes: newRoutingCache(routingCacheMaxEntries, routingCacheMaxAge)}
 	s.schemaVersions = cfg.SchemaVersions
 	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
 	if s.maxAttempts <= 0 {
