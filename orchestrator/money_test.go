@@ -94,12 +94,17 @@ type gatedProvider struct {
 	providers.Provider
 	mu    sync.Mutex
 	gates map[string]chan struct{}
+	// once marks gates that hold only the first call with their key.
+	once map[string]bool
 }
 
 // Authorize waits for req.Key's gate, if any, then authorizes.
 func (g *gatedProvider) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
 	g.mu.Lock()
 	gate := g.gates[req.Key]
+	if g.once[req.Key] {
+		delete(g.gates, req.Key)
+	}
 	g.mu.Unlock()
 	if gate != nil {
 		select {

@@ -1,6 +1,10 @@
 package orchestrator
 
-import "context"
+import (
+	"context"
+	"slices"
+	"time"
+)
 
 // routeFor decides the route of a new payment: the connector its request
 // named (pinned: that one only, no failover), or else the connectors the
@@ -13,7 +17,23 @@ func (s *Service) routeFor(ctx context.Context, in AuthorizeInput, pinned bool) 
 		}
 		return nil, []string{in.Provider}, nil
 	}
-	return nil, []string{s.defaultProvider}, nil
+	rv, err := s.routingFor(ctx, in.TenantID)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, chosen := rv.Rules.Decide(RouteInput{PaymentID: PaymentID(in.TenantID, in.Key), AmountMinor: in.AmountMinor,
+		Currency: in.Currency, PaymentMethod: in.PaymentMethod, Metadata: in.Metadata})
+	// The rules were checked when stored; a connector disabled or removed
+	// from the configuration since is skipped.
+	route = slices.DeleteFunc(chosen, func(name string) bool { return !s.connectorEnabled(name) })
+	if len(route) == 0 {
+		return nil, nil, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Minute,
+			Message: "no enabled connector is routed for this payment; an admin must update the tenant's routing"}
+	}
+	if rv.Version > 0 {
+		version = &rv.Version
+	}
+	return version, route, nil
 }
 
 // firstConnector is the connector of a new payment's first attempt: the
