@@ -197,7 +197,7 @@ func (c *Client) Report(ctx context.Context, req providers.ReportRequest, fn fun
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return transportError(OpReport, fmt.Errorf("report cut after %d rows: %w", n, err), true)
+			return providers.TransportError("fake", string(OpReport), fmt.Errorf("report cut after %d rows: %w", n, err), true)
 		}
 		switch line.Object {
 		case objectReportRow:
@@ -207,11 +207,11 @@ func (c *Client) Report(ctx context.Context, req providers.ReportRequest, fn fun
 			}
 		case objectReportEnd:
 			if line.Rows != n {
-				return transportError(OpReport, fmt.Errorf("report ended after %d rows but announced %d", n, line.Rows), true)
+				return providers.TransportError("fake", string(OpReport), fmt.Errorf("report ended after %d rows but announced %d", n, line.Rows), true)
 			}
 			return nil
 		default:
-			return transportError(OpReport, fmt.Errorf("report line of unknown object %q", line.Object), true)
+			return providers.TransportError("fake", string(OpReport), fmt.Errorf("report line of unknown object %q", line.Object), true)
 		}
 	}
 }
@@ -253,11 +253,11 @@ func (c *Client) call(ctx context.Context, op Op, method, path, key string, in, 
 		return statusError(op, resp.StatusCode, b)
 	}
 	if readErr != nil {
-		return transportError(op, readErr, true)
+		return providers.TransportError("fake", string(op), readErr, true)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return transportError(op, fmt.Errorf("undecodable answer: %w", err), true)
+			return providers.TransportError("fake", string(op), fmt.Errorf("undecodable answer: %w", err), true)
 		}
 	}
 	return nil
@@ -286,7 +286,7 @@ func (c *Client) send(ctx context.Context, op Op, method, path, key, contentType
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, transportError(op, err, gotConn.Load())
+		return nil, providers.TransportError("fake", string(op), err, gotConn.Load())
 	}
 	return resp, nil
 }
