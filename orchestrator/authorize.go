@@ -81,8 +81,8 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if in.PaymentMethod == "" {
 		in.PaymentMethod = DefaultPaymentMethod
 	}
-	if !paymentMethodRE.MatchString(in.PaymentMethod) {
-		return ParamError("payment_method", "payment_method must look like pm_card_visa")
+	if err := s.checkPaymentMethod(in.Provider, in.PaymentMethod); err != nil {
+		return err
 	}
 	if !ValidText(in.Description) {
 		return ParamError("description", "description must be UTF-8 text without NUL characters")

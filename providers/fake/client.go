@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -58,6 +59,20 @@ func (c *Client) WithToken(token string) *Client {
 
 // Name returns "fake".
 func (c *Client) Name() string { return "fake" }
+
+// paymentMethodRE is the shape of the fake's payment methods: Stripe's
+// (pm_ then letters, digits and underscores), since the fake answers to
+// Stripe's test methods (pm_card_visa, pm_card_chargeDeclined, …). The
+// server refuses a method of this shape it does not know.
+var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
+
+// CheckPaymentMethod accepts a payment method of paymentMethodRE's shape.
+func (c *Client) CheckPaymentMethod(pm string) error {
+	if !paymentMethodRE.MatchString(pm) {
+		return errors.New("payment_method must look like pm_card_visa")
+	}
+	return nil
+}
 
 // Authorize places a hold with POST /v1/holds. It calls req.OnReference with
 // the reference once the fake has answered (approved or declined), before
