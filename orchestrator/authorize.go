@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"regexp"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -47,8 +46,6 @@ const (
 	// DefaultPaymentMethod is used when a request names none.
 	DefaultPaymentMethod = "pm_card_visa"
 )
-
-var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
 
 // ValidateCurrency checks an ISO 4217 alpha-3 code against the real list
 // and returns its exponent (digits of the minor unit).
