@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"regexp"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -48,8 +47,6 @@ const (
 	DefaultPaymentMethod = "pm_card_visa"
 )
 
-var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
-
 // ValidateCurrency checks an ISO 4217 alpha-3 code against the real list
 // and returns its exponent (digits of the minor unit).
 func ValidateCurrency(code string) (int, error) {
@@ -81,8 +78,8 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if in.PaymentMethod == "" {
 		in.PaymentMethod = DefaultPaymentMethod
 	}
-	if !paymentMethodRE.MatchString(in.PaymentMethod) {
-		return ParamError("payment_method", "payment_method must look like pm_card_visa")
+	if err := s.checkPaymentMethod(in.Provider, in.PaymentMethod); err != nil {
+		return err
 	}
 	if !ValidText(in.Description) {
 		return ParamError("description", "description must be UTF-8 text without NUL characters")

@@ -23,12 +23,20 @@ import (
 // Every write carries a forwarded idempotency key (see ForwardedKey): the
 // same key with the same parameters returns the first result and never acts
 // twice; the same key with other parameters fails with KindRejected and code
-// CodeIdempotencyMismatch. Every error an implementation returns is an
+// CodeIdempotencyMismatch. Every error a call to the provider returns is an
 // *Error with a Kind, so the caller knows whether the money moved.
 type Provider interface {
 	// Name is the provider's stable name ("fake", "stripe"), stored with
 	// every payment.
 	Name() string
+
+	// CheckPaymentMethod reports whether this provider accepts a payment
+	// method of pm's shape, without calling the provider: nil when it
+	// does, else an error whose message is safe to show a merchant as it
+	// stands ("payment_method must look like pm_card_visa"). It is not an
+	// *Error: nothing was sent. A method of the right shape may still be
+	// refused by the provider (an unknown one).
+	CheckPaymentMethod(pm string) error
 
 	// Authorize places a hold. When the provider assigns its reference
 	// before the outcome is final (Stripe: create, then confirm), it calls

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,13 +80,39 @@ type result struct {
 	LocalCount, ProviderCount, MatchedCount, DiscrepancyCount int64
 }
 
-// pairBatch is how many pairs one FETCH reads from the pairing cursor;
-// the findings they yield are stored between two FETCHes.
+// pairBatch is how many pairs one FETCH reads from the pairing cursor
+// (fetchPairsSQL says the same number); the findings they yield are stored
+// between two FETCHes.
 const pairBatch = 5000
 
-// match loads the provider's record into staging, matches it to payments
-// in SQL, pages the pairs through a cursor and the rules, and stores the
-// findings and the run's outcome.
+// The phases of a run, in order, as the "reconciliation phases" log line
+// (and the reconciliation benchmark) names them.
+const (
+	phaseStage        = "stage"          // the provider's record into staging (stage)
+	phaseMatch        = "match"          // staged rows linked to our payments (link)
+	phasePairAndJudge = "pair_and_judge" // pairs paged through the rules (judgeDay)
+	phaseFinish       = "finish"         // the run's outcome stored (finish)
+)
+
+var phases = []string{phaseStage, phaseMatch, phasePairAndJudge, phaseFinish}
+
+// window is the day a run judges, [from, to), and the margins around it,
+// [gfrom, gto), that are read so that an item near midnight is seen by
+// both days' runs and judged by the one it belongs to.
+type window struct {
+	from, to, gfrom, gto time.Time
+}
+
+func runWindow(run Run) window {
+	grace := time.Duration(run.GraceSeconds) * time.Second
+	return window{from: run.WindowStart, to: run.WindowEnd,
+		gfrom: run.WindowStart.Add(-grace), gto: run.WindowEnd.Add(grace)}
+}
+
+// match reconciles one run in four phases: stage loads the provider's
+// record into staging, link matches it to our payments in SQL, judgeDay
+// pages the pairs through a cursor and the rules and stores the findings,
+// and finish stores the run's outcome.
 //
 // All of it happens on one connection of the back-office pool, and the run
 // never waits for a second connection while it holds one: runs cannot
@@ -98,95 +123,152 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	if prov == nil {
 		return result{}, fmt.Errorf("provider %q is not configured", run.Provider)
 	}
-	grace := time.Duration(run.GraceSeconds) * time.Second
-	from, to := run.WindowStart, run.WindowEnd
-	gfrom, gto := from.Add(-grace), to.Add(grace)
-
-	phases := map[string]time.Duration{}
-	mark := time.Now()
-	phase := func(name string) {
-		now := time.Now()
-		phases[name] = now.Sub(mark)
-		mark = now
-	}
+	win := runWindow(run)
+	clock := newPhaseClock()
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return result{}, fmt.Errorf("acquire a connection: %w", err)
 	}
 	defer conn.Release()
-	staged, err := r.stage(ctx, conn.Conn(), prov, run.ID, from, to, gfrom, gto)
+	staged, err := r.stage(ctx, conn.Conn(), prov, run.ID, win.from, win.to, win.gfrom, win.gto)
 	if err != nil {
 		return result{}, err
 	}
-	phase("stage")
-	// Match by the provider's reference, then by our payment id in its
-	// metadata for rows whose reference we never saw.
-	if _, err := conn.Exec(ctx, `
-		UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
-		FROM payments p
-		WHERE s.run_id = $1 AND p.provider_ref = s.ref AND p.provider = $2`, run.ID, run.Provider); err != nil {
-		return result{}, fmt.Errorf("match by reference: %w", err)
+	clock.done(phaseStage)
+	if err := link(ctx, conn.Conn(), run); err != nil {
+		return result{}, err
 	}
-	if _, err := conn.Exec(ctx, `
-		UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
-		FROM payments p
-		WHERE s.run_id = $1 AND s.matched_payment_id IS NULL AND s.payment_id <> '' AND p.id = s.payment_id
-			AND p.provider = $2`, run.ID, run.Provider); err != nil {
-		return result{}, fmt.Errorf("match by payment id: %w", err)
-	}
-	phase("match")
-
-	st := newStats(from, to)
-	st.providerCount += staged.invalidInWindow
+	clock.done(phaseMatch)
 	var res result
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		w := newFindingWriter(r, tx, run.ID)
-		for _, f := range staged.invalid {
-			if err := w.add(ctx, f); err != nil {
-				return err
-			}
-		}
-		if err := r.pair(ctx, tx, run, gfrom, gto, st, w); err != nil {
+		st, err := r.judgeDay(ctx, tx, run, win, staged, w)
+		if err != nil {
 			return err
 		}
-		if err := w.flush(ctx); err != nil {
-			return err
-		}
-		phase("pair_and_judge")
-
-		res = result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
-		diff, err := carryOver(ctx, tx, run)
-		if err != nil {
-			return fmt.Errorf("finish run: %w", err)
-		}
-		_, err = tx.Exec(ctx, `UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
-				local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,
-				totals = $7, category_counts = $8, diff = $9
-			WHERE id = $1`, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount, res.DiscrepancyCount,
-			st.totals, w.byCategory, diff)
-		if err != nil {
-			return fmt.Errorf("finish run: %w", err)
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
+		clock.done(phasePairAndJudge)
+		res, err = r.finish(ctx, tx, run, st, w)
 		return err
 	})
 	if err != nil {
 		return result{}, err
 	}
-	phase("finish")
-	attrs := []any{"run_id", run.ID}
-	for _, name := range []string{"stage", "match", "pair_and_judge", "finish"} {
-		attrs = append(attrs, name+"_s", phases[name].Seconds())
-	}
-	r.logger.InfoContext(ctx, "reconciliation phases", attrs...)
+	clock.done(phaseFinish)
+	r.logger.InfoContext(ctx, "reconciliation phases", clock.attrs(run.ID)...)
 	return res, nil
 }
 
-// pairQuery pairs each payment of the window (or matched by a provider
-// row) with the provider rows matched to it, and leaves unmatched provider
-// rows alone, ordered so that the rows of one payment (or of one unmatched
-// reference) come together.
-const pairQuery = `
+// phaseClock times the phases of a run for its log line.
+type phaseClock struct {
+	mark time.Time
+	took map[string]time.Duration
+}
+
+func newPhaseClock() *phaseClock {
+	return &phaseClock{mark: time.Now(), took: map[string]time.Duration{}}
+}
+
+// done ends the phase name: it took the time since the previous one ended.
+func (c *phaseClock) done(name string) {
+	now := time.Now()
+	c.took[name] = now.Sub(c.mark)
+	c.mark = now
+}
+
+// attrs are the log attributes of the run's phases: run_id, then
+// <phase>_s in seconds for each phase in order.
+func (c *phaseClock) attrs(runID int64) []any {
+	attrs := []any{"run_id", runID}
+	for _, name := range phases {
+		attrs = append(attrs, name+"_s", c.took[name].Seconds())
+	}
+	return attrs
+}
+
+// linkByRefSQL matches staged provider rows to our payments by the
+// provider's reference.
+const linkByRefSQL = `
+	UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
+	FROM payments p
+	WHERE s.run_id = $1 AND p.provider_ref = s.ref AND p.provider = $2`
+
+// linkByPaymentIDSQL matches the staged rows still unmatched by our
+// payment id in the provider's metadata: holds whose reference we never
+// saw (an answer lost before we stored it).
+const linkByPaymentIDSQL = `
+	UPDATE reconciliation_provider_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
+	FROM payments p
+	WHERE s.run_id = $1 AND s.matched_payment_id IS NULL AND s.payment_id <> '' AND p.id = s.payment_id
+		AND p.provider = $2`
+
+// link matches the run's staged provider rows to our payments: by the
+// provider's reference, then by our payment id for the rest.
+func link(ctx context.Context, conn *pgx.Conn, run Run) error {
+	if _, err := conn.Exec(ctx, linkByRefSQL, run.ID, run.Provider); err != nil {
+		return fmt.Errorf("match by reference: %w", err)
+	}
+	if _, err := conn.Exec(ctx, linkByPaymentIDSQL, run.ID, run.Provider); err != nil {
+		return fmt.Errorf("match by payment id: %w", err)
+	}
+	return nil
+}
+
+// judgeDay judges the day in tx: the provider rows stage set aside as
+// invalid, then every pair of judgePairs. It returns the day's counts and
+// totals once every finding is stored.
+func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win window, staged staged, w *findingWriter) (*stats, error) {
+	st := newStats(win.from, win.to)
+	st.providerCount += staged.invalidInWindow
+	for _, f := range staged.invalid {
+		if err := w.add(ctx, f); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.judgePairs(ctx, tx, run, win, st, w); err != nil {
+		return nil, err
+	}
+	if err := w.flush(ctx); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// finishRunSQL marks the run succeeded with its counts, totals and diff.
+const finishRunSQL = `
+	UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
+		local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,
+		totals = $7, category_counts = $8, diff = $9
+	WHERE id = $1`
+
+// clearStagingSQL deletes the run's staged provider rows.
+const clearStagingSQL = `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`
+
+// finish stores the run's outcome in tx: its diff against the previous
+// version of the day (carryOver), its counts and totals, and its success;
+// its staging rows go.
+func (r *Reconciler) finish(ctx context.Context, tx pgx.Tx, run Run, st *stats, w *findingWriter) (result, error) {
+	res := result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
+	diff, err := carryOver(ctx, tx, run)
+	if err != nil {
+		return result{}, fmt.Errorf("finish run: %w", err)
+	}
+	if _, err := tx.Exec(ctx, finishRunSQL, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount,
+		res.DiscrepancyCount, st.totals, w.byCategory, diff); err != nil {
+		return result{}, fmt.Errorf("finish run: %w", err)
+	}
+	if _, err := tx.Exec(ctx, clearStagingSQL, run.ID); err != nil {
+		return result{}, err
+	}
+	return res, nil
+}
+
+// declarePairsSQL opens the pairing cursor. It pairs each payment of the
+// window (or matched by a provider row) with the provider rows matched to
+// it, and leaves unmatched provider rows alone, ordered so that the rows of
+// one payment (or of one unmatched reference) come together. $1 is the
+// run, $2 the provider, [$3, $4) the window with its margins.
+const declarePairsSQL = `
+	DECLARE pairs NO SCROLL CURSOR FOR
 	WITH s AS (
 		SELECT * FROM reconciliation_provider_rows WHERE run_id = $1
 	), l AS (
@@ -206,80 +288,109 @@ const pairQuery = `
 	FROM l FULL JOIN s ON s.matched_tenant_id = l.tenant_id AND s.matched_payment_id = l.id
 	ORDER BY coalesce(l.tenant_id, -1), coalesce(l.id, s.ref), s.updated_at, s.seq`
 
-// pair reads the pairs through a server-side cursor in tx, pairBatch at a
-// time, judges them and hands the findings to w, which stores them on the
-// same connection between two FETCHes.
-func (r *Reconciler) pair(ctx context.Context, tx pgx.Tx, run Run, gfrom, gto time.Time, st *stats, w *findingWriter) error {
-	// The cursor is read to its end: plan for all rows, not the first.
-	if _, err := tx.Exec(ctx, `SET LOCAL cursor_tuple_fraction = 1`); err != nil {
+// The other statements of the pairing cursor. The cursor is read to its
+// end, so it is planned for all rows, not the first; fetchPairsSQL reads
+// pairBatch rows.
+const (
+	planPairsSQL  = `SET LOCAL cursor_tuple_fraction = 1`
+	fetchPairsSQL = `FETCH 5000 FROM pairs`
+	closePairsSQL = `CLOSE pairs`
+)
+
+// judgePairs reads the pairs through a server-side cursor in tx, pairBatch
+// at a time, gathers them by payment (or unmatched reference), judges each
+// group and hands the findings to w, which stores them on the same
+// connection between two FETCHes.
+func (r *Reconciler) judgePairs(ctx context.Context, tx pgx.Tx, run Run, win window, st *stats, w *findingWriter) error {
+	if _, err := tx.Exec(ctx, planPairsSQL); err != nil {
 		return fmt.Errorf("pair: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `DECLARE pairs NO SCROLL CURSOR FOR `+pairQuery, run.ID, run.Provider, gfrom, gto); err != nil {
+	if _, err := tx.Exec(ctx, declarePairsSQL, run.ID, run.Provider, win.gfrom, win.gto); err != nil {
 		return fmt.Errorf("pair: %w", err)
 	}
 	var (
-		cur   *local
-		group []remote
+		g     pairGroup
 		batch = make([]pairRow, 0, pairBatch)
+		err   error
 	)
-	judged := func() error {
-		if cur == nil && len(group) == 0 {
-			return nil
-		}
-		for _, f := range r.judge(cur, group, st.from, st.to) {
-			if err := w.add(ctx, f); err != nil {
-				return err
-			}
-		}
-		st.count(cur, group)
-		return nil
-	}
 	for {
-		batch = batch[:0]
-		rows, _ := tx.Query(ctx, `FETCH `+strconv.Itoa(pairBatch)+` FROM pairs`)
-		for rows.Next() {
-			p, err := scanPair(rows)
-			if err != nil {
-				rows.Close()
-				return fmt.Errorf("scan pair: %w", err)
-			}
-			batch = append(batch, p)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pair: %w", err)
+		if batch, err = fetchPairs(ctx, tx, batch[:0]); err != nil {
+			return err
 		}
 		for _, p := range batch {
-			// Rows of one payment arrive together; unmatched provider
-			// rows arrive alone, grouped by reference.
-			same := false
-			switch {
-			case p.l != nil && cur != nil:
-				same = p.l.TenantID == cur.TenantID && p.l.ID == cur.ID
-			case p.l == nil && cur == nil && p.r != nil && len(group) > 0:
-				same = p.r.Ref == group[0].Ref
-			}
-			if !same {
-				if err := judged(); err != nil {
+			if !g.continues(p) {
+				if err := r.judgeGroup(ctx, g, st, w); err != nil {
 					return err
 				}
-				cur, group = p.l, nil
+				g = pairGroup{l: p.l}
 			}
 			if p.r != nil {
-				group = append(group, *p.r)
+				g.rows = append(g.rows, *p.r)
 			}
 		}
 		if len(batch) < pairBatch {
 			break
 		}
 	}
-	if err := judged(); err != nil {
+	if err := r.judgeGroup(ctx, g, st, w); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `CLOSE pairs`)
+	_, err = tx.Exec(ctx, closePairsSQL)
 	return err
 }
 
-// pairRow is one row of pairQuery: a payment, a provider row, or both.
+// fetchPairs appends the next pairBatch pairs of the cursor to batch.
+func fetchPairs(ctx context.Context, tx pgx.Tx, batch []pairRow) ([]pairRow, error) {
+	rows, _ := tx.Query(ctx, fetchPairsSQL)
+	defer rows.Close()
+	for rows.Next() {
+		p, err := scanPair(rows)
+		if err != nil {
+			return batch, fmt.Errorf("scan pair: %w", err)
+		}
+		batch = append(batch, p)
+	}
+	if err := rows.Err(); err != nil {
+		return batch, fmt.Errorf("pair: %w", err)
+	}
+	return batch, nil
+}
+
+// pairGroup is one payment and the provider rows matched to it, or
+// provider rows of one reference matched to no payment (l nil).
+type pairGroup struct {
+	l    *local
+	rows []remote
+}
+
+// continues reports whether p belongs to g. Rows of one payment arrive
+// together; unmatched provider rows arrive alone, grouped by reference.
+func (g pairGroup) continues(p pairRow) bool {
+	switch {
+	case p.l != nil && g.l != nil:
+		return p.l.TenantID == g.l.TenantID && p.l.ID == g.l.ID
+	case p.l == nil && g.l == nil && p.r != nil && len(g.rows) > 0:
+		return p.r.Ref == g.rows[0].Ref
+	}
+	return false
+}
+
+// judgeGroup judges g, hands its findings to w and counts it in st.
+func (r *Reconciler) judgeGroup(ctx context.Context, g pairGroup, st *stats, w *findingWriter) error {
+	if g.l == nil && len(g.rows) == 0 {
+		return nil
+	}
+	for _, f := range r.judge(g.l, g.rows, st.from, st.to) {
+		if err := w.add(ctx, f); err != nil {
+			return err
+		}
+	}
+	st.count(g.l, g.rows)
+	return nil
+}
+
+// pairRow is one row of the pairing cursor: a payment, a provider row, or
+// both.
 type pairRow struct {
 	l *local
 	r *remote
@@ -332,80 +443,126 @@ var expectedStatus = map[orchestrator.Status]providers.Status{
 // it (or to unmatched provider rows of one reference). Items that belong to
 // the neighbouring days (seen only in the grace margins) are not judged.
 func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []finding {
-	var out []finding
-	now := r.now()
-	if l == nil {
-		for i, rm := range rows {
-			if i > 0 || !(inWindow(rm.CreatedAt, from, to) || inWindow(rm.UpdatedAt, from, to)) {
-				continue
-			}
-			ref := rm.Ref
-			f := finding{Category: MissingLocally, Ref: &ref, Actual: string(rm.Status), Currency: rm.Currency,
-				Detail: map[string]any{"provider_amount_minor": rm.Amount, "provider_payment_id": rm.PaymentID}}
-			if len(rows) > 1 {
-				f.Detail["copies"] = len(rows)
-			}
-			out = append(out, f)
-		}
-		return out
+	switch {
+	case l == nil:
+		return judgeUnmatched(rows, from, to)
+	case !belongs(l, rows, from, to):
+		return nil
+	case orchestrator.Status(l.Status) == orchestrator.StatusPending:
+		return r.judgePending(l, rows)
+	case len(rows) == 0:
+		return r.judgeAbsent(l)
+	default:
+		return r.judgeMatched(l, rows)
 	}
-	core := inWindow(l.CreatedAt, from, to) || inWindow(l.UpdatedAt, from, to)
+}
+
+// belongs reports whether a payment or one of its provider rows was
+// created or changed in [from, to): the day judges it.
+func belongs(l *local, rows []remote, from, to time.Time) bool {
+	if inWindow(l.CreatedAt, from, to) || inWindow(l.UpdatedAt, from, to) {
+		return true
+	}
 	for _, rm := range rows {
-		core = core || inWindow(rm.CreatedAt, from, to) || inWindow(rm.UpdatedAt, from, to)
+		if inWindow(rm.CreatedAt, from, to) || inWindow(rm.UpdatedAt, from, to) {
+			return true
+		}
 	}
-	if !core {
+	return false
+}
+
+// judgeUnmatched reports provider rows of one reference that match none
+// of our payments as missing_locally, once, with the number of copies.
+func judgeUnmatched(rows []remote, from, to time.Time) []finding {
+	if len(rows) == 0 {
 		return nil
 	}
-	tenant, id := l.TenantID, l.ID
-	base := func(category, field, expected, actual string) finding {
-		f := finding{Category: category, Field: field, Expected: expected, Actual: actual, TenantID: &tenant,
-			PaymentID: &id, Currency: l.Currency, Detail: map[string]any{}}
-		if l.Ref != nil {
-			ref := *l.Ref
-			f.Ref = &ref
-		}
-		return f
+	rm := rows[0]
+	if !inWindow(rm.CreatedAt, from, to) && !inWindow(rm.UpdatedAt, from, to) {
+		return nil
 	}
+	ref := rm.Ref
+	f := finding{Category: MissingLocally, Ref: &ref, Actual: string(rm.Status), Currency: rm.Currency,
+		Detail: map[string]any{"provider_amount_minor": rm.Amount, "provider_payment_id": rm.PaymentID}}
+	if len(rows) > 1 {
+		f.Detail["copies"] = len(rows)
+	}
+	return []finding{f}
+}
 
-	if orchestrator.Status(l.Status) == orchestrator.StatusPending {
-		if now.Sub(l.CreatedAt) >= r.stuckAfter {
-			actual := "absent"
-			if len(rows) > 0 {
-				actual = string(rows[len(rows)-1].Status)
-			}
-			f := base(StuckPending, "status", "pending", actual)
-			f.Detail["pending_since"] = l.CreatedAt.UTC()
-			out = append(out, f)
-		}
-		return out
+// judgePending reports a payment pending for longer than stuckAfter as
+// stuck_pending, with the provider's latest state if it has one. A
+// pending payment is judged on nothing else: its outcome is not known yet.
+func (r *Reconciler) judgePending(l *local, rows []remote) []finding {
+	if r.now().Sub(l.CreatedAt) < r.stuckAfter {
+		return nil
 	}
-	if len(rows) == 0 {
-		if l.Ref != nil {
-			out = append(out, base(MissingAtProvider, "", l.Status, "absent"))
-		}
-		if f, ok := r.lapsed(l, nil, base); ok {
-			out = append(out, f)
-		}
-		return out
+	actual := "absent"
+	if len(rows) > 0 {
+		actual = string(rows[len(rows)-1].Status)
 	}
+	f := l.finding(StuckPending, "status", "pending", actual)
+	f.Detail["pending_since"] = l.CreatedAt.UTC()
+	return []finding{f}
+}
 
+// judgeAbsent judges a payment the provider's record does not hold:
+// missing_at_provider when we hold its reference (a payment refused before
+// it reached the provider has none), and a lapsed hold.
+func (r *Reconciler) judgeAbsent(l *local) []finding {
+	var out []finding
+	if l.Ref != nil {
+		out = append(out, l.finding(MissingAtProvider, "", l.Status, "absent"))
+	}
+	if f, ok := r.lapsed(l, nil); ok {
+		out = append(out, f)
+	}
+	return out
+}
+
+// judgeMatched compares a payment with the provider rows matched to it:
+// more than one is duplicate_at_provider; the latest is compared for
+// currency, each amount, and state (a lapsed hold, or the state
+// expectedStatus says).
+func (r *Reconciler) judgeMatched(l *local, rows []remote) []finding {
+	var out []finding
+	if len(rows) > 1 {
+		out = append(out, duplicates(l, rows))
+	}
+	rm := rows[len(rows)-1] // the latest state
+	if rm.Currency != l.Currency {
+		out = append(out, l.finding(CurrencyMismatch, "currency", l.Currency, rm.Currency))
+	}
+	out = append(out, amountMismatches(l, rm)...)
+	if f, ok := r.lapsed(l, &rm); ok {
+		out = append(out, f)
+	} else if want := expectedStatus[orchestrator.Status(l.Status)]; want != providers.Status(rm.Status) {
+		out = append(out, l.finding(StatusMismatch, "status", string(want), rm.Status))
+	}
+	return out
+}
+
+// duplicates is the duplicate_at_provider finding of a payment that
+// several provider rows match, with their references.
+func duplicates(l *local, rows []remote) finding {
 	refs := map[string]bool{}
 	for _, rm := range rows {
 		refs[rm.Ref] = true
 	}
-	if len(rows) > 1 {
-		list := make([]string, 0, len(refs))
-		for ref := range refs {
-			list = append(list, ref)
-		}
-		f := base(DuplicateAtProvider, "", "1", itoa(int64(len(rows))))
-		f.Detail["provider_refs"] = list
-		out = append(out, f)
+	list := make([]string, 0, len(refs))
+	for ref := range refs {
+		list = append(list, ref)
 	}
-	rm := rows[len(rows)-1] // the latest state
-	if rm.Currency != l.Currency {
-		out = append(out, base(CurrencyMismatch, "currency", l.Currency, rm.Currency))
-	}
+	f := l.finding(DuplicateAtProvider, "", "1", itoa(int64(len(rows))))
+	f.Detail["provider_refs"] = list
+	return f
+}
+
+// amountMismatches compares the authorized, captured and refunded amounts
+// of a payment with the provider's latest row: one amount_mismatch per
+// field that differs, with the difference and its direction.
+func amountMismatches(l *local, rm remote) []finding {
+	var out []finding
 	for _, a := range []struct {
 		field          string
 		ours, provider int64
@@ -413,23 +570,30 @@ func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []findin
 		if a.ours == a.provider {
 			continue
 		}
-		f := base(AmountMismatch, a.field, itoa(a.ours), itoa(a.provider))
+		f := l.finding(AmountMismatch, a.field, itoa(a.ours), itoa(a.provider))
 		d := a.provider - a.ours
 		f.Difference = &d
 		f.Detail["direction"] = map[bool]string{true: "over", false: "under"}[d > 0]
 		out = append(out, f)
 	}
-	if f, ok := r.lapsed(l, &rm, base); ok {
-		out = append(out, f)
-	} else if want := expectedStatus[orchestrator.Status(l.Status)]; want != providers.Status(rm.Status) {
-		out = append(out, base(StatusMismatch, "status", string(want), rm.Status))
-	}
 	return out
+}
+
+// finding is a finding of category about the payment l.
+func (l *local) finding(category, field, expected, actual string) finding {
+	tenant, id := l.TenantID, l.ID
+	f := finding{Category: category, Field: field, Expected: expected, Actual: actual, TenantID: &tenant,
+		PaymentID: &id, Currency: l.Currency, Detail: map[string]any{}}
+	if l.Ref != nil {
+		ref := *l.Ref
+		f.Ref = &ref
+	}
+	return f
 }
 
 // lapsed reports a hold that expired uncaptured: we still hold it as
 // authorized past its capture_before, or the provider says it expired.
-func (r *Reconciler) lapsed(l *local, rm *remote, base func(category, field, expected, actual string) finding) (finding, bool) {
+func (r *Reconciler) lapsed(l *local, rm *remote) (finding, bool) {
 	if orchestrator.Status(l.Status) != orchestrator.StatusAuthorized {
 		return finding{}, false
 	}
@@ -442,7 +606,7 @@ func (r *Reconciler) lapsed(l *local, rm *remote, base func(category, field, exp
 	if rm != nil {
 		actual = rm.Status
 	}
-	f := base(HoldExpiredUncaptured, "status", "captured or canceled before capture_before", actual)
+	f := l.finding(HoldExpiredUncaptured, "status", "captured or canceled before capture_before", actual)
 	if l.CaptureBefore != nil {
 		f.Detail["capture_before"] = l.CaptureBefore.UTC()
 	}
@@ -539,36 +703,51 @@ func (w *findingWriter) flush(ctx context.Context) error {
 	return nil
 }
 
+// previousRunSQL finds the latest succeeded earlier version of the run's
+// (provider, date).
+const previousRunSQL = `
+	SELECT id FROM reconciliation_runs
+	WHERE provider = $1 AND business_date = $2::date AND version < $3 AND status = 'succeeded'
+	ORDER BY version DESC LIMIT 1`
+
+// countFindingsSQL counts the findings of run $1.
+const countFindingsSQL = `SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1`
+
+// carryStillOpenSQL marks the findings of run $1 that run $2 had too as
+// still_open, with the resolution they had there.
+const carryStillOpenSQL = `
+	UPDATE reconciliation_discrepancies d SET change = 'still_open',
+		resolved_at = p.resolved_at, resolved_by = p.resolved_by, resolution_note = p.resolution_note
+	FROM reconciliation_discrepancies p
+	WHERE d.run_id = $1 AND p.run_id = $2 AND p.fingerprint = d.fingerprint`
+
+// countNewAndGoneSQL counts the findings of run $1 that are new, and those
+// of the previous run $2 that run $1 no longer has.
+const countNewAndGoneSQL = `
+	SELECT (SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1 AND change = 'new'),
+	       (SELECT count(*) FROM reconciliation_discrepancies p WHERE p.run_id = $2
+	          AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies d WHERE d.run_id = $1 AND d.fingerprint = p.fingerprint))`
+
 // carryOver compares the run with the previous version of (provider,
 // date): discrepancies seen before are still_open (and keep their
 // resolution), the rest are new, and those no longer found are gone.
 func carryOver(ctx context.Context, tx pgx.Tx, run Run) (Diff, error) {
 	var diff Diff
 	var prev int64
-	err := tx.QueryRow(ctx, `SELECT id FROM reconciliation_runs
-		WHERE provider = $1 AND business_date = $2::date AND version < $3 AND status = 'succeeded'
-		ORDER BY version DESC LIMIT 1`, run.Provider, run.BusinessDate, run.Version).Scan(&prev)
+	err := tx.QueryRow(ctx, previousRunSQL, run.Provider, run.BusinessDate, run.Version).Scan(&prev)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = tx.QueryRow(ctx, `SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1`, run.ID).Scan(&diff.New)
+		err = tx.QueryRow(ctx, countFindingsSQL, run.ID).Scan(&diff.New)
 		return diff, err
 	}
 	if err != nil {
 		return diff, err
 	}
 	diff.PreviousRunID = &prev
-	tag, err := tx.Exec(ctx, `
-		UPDATE reconciliation_discrepancies d SET change = 'still_open',
-			resolved_at = p.resolved_at, resolved_by = p.resolved_by, resolution_note = p.resolution_note
-		FROM reconciliation_discrepancies p
-		WHERE d.run_id = $1 AND p.run_id = $2 AND p.fingerprint = d.fingerprint`, run.ID, prev)
+	tag, err := tx.Exec(ctx, carryStillOpenSQL, run.ID, prev)
 	if err != nil {
 		return diff, err
 	}
 	diff.StillOpen = tag.RowsAffected()
-	err = tx.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1 AND change = 'new'),
-		       (SELECT count(*) FROM reconciliation_discrepancies p WHERE p.run_id = $2
-		          AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies d WHERE d.run_id = $1 AND d.fingerprint = p.fingerprint))`,
-		run.ID, prev).Scan(&diff.New, &diff.Gone)
+	err = tx.QueryRow(ctx, countNewAndGoneSQL, run.ID, prev).Scan(&diff.New, &diff.Gone)
 	return diff, err
 }

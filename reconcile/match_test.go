@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/payorch/payorch/orchestrator"
@@ -17,5 +18,14 @@ func TestExpectedStatusCoversEveryPaymentState(t *testing.T) {
 	}
 	if len(expectedStatus) != len(orchestrator.Statuses)-1 {
 		t.Errorf("expectedStatus has %d states, want %d", len(expectedStatus), len(orchestrator.Statuses)-1)
+	}
+}
+
+// The pairing cursor's FETCH reads the batch the loop expects: a shorter
+// FETCH would end the day after its first page.
+func TestFetchPairsReadsOneBatch(t *testing.T) {
+	t.Parallel()
+	if want := "FETCH " + strconv.Itoa(pairBatch) + " FROM pairs"; fetchPairsSQL != want {
+		t.Fatalf("fetchPairsSQL = %q, want %q", fetchPairsSQL, want)
 	}
 }

@@ -1,44 +1,12 @@
 package fake
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 
 	"github.com/payorch/payorch/providers"
 )
-
-// transportError classifies a failure to get or read an answer. When no
-// connection was ever obtained nothing can have reached the provider:
-// KindNotExecuted. Once one was, the request may have been executed:
-// KindUnknown.
-func transportError(op Op, err error, sent bool) *providers.Error {
-	code := providers.CodeProviderInternalError
-	if isTimeout(err) {
-		code = providers.CodeProviderTimeout
-	}
-	if !sent {
-		if code != providers.CodeProviderTimeout {
-			code = providers.CodeProviderUnavailable
-		}
-		return &providers.Error{Kind: providers.KindNotExecuted, Code: code,
-			Message: fmt.Sprintf("fake %s: not sent: %v", op, err), Err: err}
-	}
-	return &providers.Error{Kind: providers.KindUnknown, Code: code,
-		Message: fmt.Sprintf("fake %s: no complete answer after sending: %v", op, err), Err: err}
-}
-
-// isTimeout reports whether err is a deadline or a network timeout.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
 
 // statusError classifies an answer with a non-2xx status and its body:
 //

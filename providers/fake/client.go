@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -58,6 +59,20 @@ func (c *Client) WithToken(token string) *Client {
 
 // Name returns "fake".
 func (c *Client) Name() string { return "fake" }
+
+// paymentMethodRE is the shape of the fake's payment methods: Stripe's
+// (pm_ then letters, digits and underscores), since the fake answers to
+// Stripe's test methods (pm_card_visa, pm_card_chargeDeclined, …). The
+// server refuses a method of this shape it does not know.
+var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
+
+// CheckPaymentMethod accepts a payment method of paymentMethodRE's shape.
+func (c *Client) CheckPaymentMethod(pm string) error {
+	if !paymentMethodRE.MatchString(pm) {
+		return errors.New("payment_method must look like pm_card_visa")
+	}
+	return nil
+}
 
 // Authorize places a hold with POST /v1/holds. It calls req.OnReference with
 // the reference once the fake has answered (approved or declined), before
@@ -197,7 +212,7 @@ func (c *Client) Report(ctx context.Context, req providers.ReportRequest, fn fun
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return transportError(OpReport, fmt.Errorf("report cut after %d rows: %w", n, err), true)
+			return providers.TransportError("fake", string(OpReport), fmt.Errorf("report cut after %d rows: %w", n, err), true)
 		}
 		switch line.Object {
 		case objectReportRow:
@@ -207,11 +222,11 @@ func (c *Client) Report(ctx context.Context, req providers.ReportRequest, fn fun
 			}
 		case objectReportEnd:
 			if line.Rows != n {
-				return transportError(OpReport, fmt.Errorf("report ended after %d rows but announced %d", n, line.Rows), true)
+				return providers.TransportError("fake", string(OpReport), fmt.Errorf("report ended after %d rows but announced %d", n, line.Rows), true)
 			}
 			return nil
 		default:
-			return transportError(OpReport, fmt.Errorf("report line of unknown object %q", line.Object), true)
+			return providers.TransportError("fake", string(OpReport), fmt.Errorf("report line of unknown object %q", line.Object), true)
 		}
 	}
 }
@@ -253,11 +268,11 @@ func (c *Client) call(ctx context.Context, op Op, method, path, key string, in, 
 		return statusError(op, resp.StatusCode, b)
 	}
 	if readErr != nil {
-		return transportError(op, readErr, true)
+		return providers.TransportError("fake", string(op), readErr, true)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return transportError(op, fmt.Errorf("undecodable answer: %w", err), true)
+			return providers.TransportError("fake", string(op), fmt.Errorf("undecodable answer: %w", err), true)
 		}
 	}
 	return nil
@@ -286,7 +301,7 @@ func (c *Client) send(ctx context.Context, op Op, method, path, key, contentType
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, transportError(op, err, gotConn.Load())
+		return nil, providers.TransportError("fake", string(op), err, gotConn.Load())
 	}
 	return resp, nil
 }

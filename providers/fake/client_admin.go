@@ -8,6 +8,8 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+
+	"github.com/payorch/payorch/providers"
 )
 
 // opAdmin names admin calls in errors.
@@ -92,7 +94,7 @@ func (c *Client) Seed(ctx context.Context, holds iter.Seq[SeedHold]) (int, error
 	}
 	var out seedResult
 	if err := json.Unmarshal(b, &out); err != nil {
-		return 0, transportError(opAdmin, err, true)
+		return 0, providers.TransportError("fake", string(opAdmin), err, true)
 	}
 	return out.Seeded, nil
 }

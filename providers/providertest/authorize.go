@@ -3,12 +3,31 @@ package providertest
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/payorch/payorch/providers"
 )
+
+// testCheckPaymentMethodAcceptsOnlyItsShape: the suite's payment methods
+// pass the provider's own check, and a malformed one is refused with a
+// message for the merchant.
+func testCheckPaymentMethodAcceptsOnlyItsShape(t *testing.T, s *suite) {
+	for _, pm := range []string{s.h.ApprovedMethod, s.h.DeclinedMethod, s.h.InsufficientFundsMethod} {
+		if err := s.p.CheckPaymentMethod(pm); err != nil {
+			t.Errorf("CheckPaymentMethod(%q) = %v, want nil", pm, err)
+		}
+	}
+	err := s.p.CheckPaymentMethod(s.h.InvalidMethod)
+	if err == nil {
+		t.Fatalf("CheckPaymentMethod(%q) = nil, want a refusal", s.h.InvalidMethod)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "payment_method") {
+		t.Errorf("CheckPaymentMethod(%q) = %q, which does not name payment_method for the merchant", s.h.InvalidMethod, msg)
+	}
+}
 
 func testAuthorizeApprovesVisa(t *testing.T, s *suite) {
 	before := time.Now()

@@ -60,6 +60,9 @@ type Harness struct {
 	// Payment methods that approve, decline with card_declined and decline
 	// with insufficient_funds; default Stripe's test payment methods.
 	ApprovedMethod, DeclinedMethod, InsufficientFundsMethod string
+	// InvalidMethod is a payment method CheckPaymentMethod refuses;
+	// default "visa".
+	InvalidMethod string
 	// UnknownRef is a reference no hold has; default
 	// "fh_doesnotexist0000000000000".
 	UnknownRef string
@@ -79,6 +82,9 @@ func (h Harness) withDefaults() Harness {
 	}
 	if h.InsufficientFundsMethod == "" {
 		h.InsufficientFundsMethod = "pm_card_chargeDeclinedInsufficientFunds"
+	}
+	if h.InvalidMethod == "" {
+		h.InvalidMethod = "visa"
 	}
 	if h.UnknownRef == "" {
 		h.UnknownRef = "fh_doesnotexist0000000000000"
@@ -100,6 +106,7 @@ func Run(t *testing.T, h Harness) {
 		name string
 		fn   func(t *testing.T, s *suite)
 	}{
+		{"CheckPaymentMethodAcceptsOnlyItsShape", testCheckPaymentMethodAcceptsOnlyItsShape},
 		{"AuthorizeApprovesVisa", testAuthorizeApprovesVisa},
 		{"DeclineIsKindDeclinedWithCode", testDeclineIsKindDeclinedWithCode},
 		{"SameKeySameParamsReturnsSameHold", testSameKeySameParamsReturnsSameHold},

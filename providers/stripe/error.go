@@ -1,10 +1,8 @@
 package stripe
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"syscall"
 
@@ -27,10 +25,12 @@ import (
 //	5xx, or type api_error                  KindUnknown provider_error
 //	other 4xx invalid_request_error         KindRejected, code by rejectCode
 //
-// Failures without an answer: nothing sent (no connection obtained, or
-// connection refused) is KindNotExecuted (provider_unavailable, or timeout);
-// anything after sending (timeout, reset, an answer that does not parse) is
-// KindUnknown (timeout or provider_error).
+// Failures without an answer are classified by providers.TransportError:
+// nothing sent (no connection obtained) is KindNotExecuted
+// (provider_unavailable, or timeout); anything after sending (timeout,
+// reset, an answer that does not parse) is KindUnknown (timeout or
+// provider_error). A refused connection is KindNotExecuted here even after
+// a connection was obtained (transportError).
 //
 // Stripe's idempotency_error means the key was first used with other
 // parameters: Stripe refused this request without executing it and the
@@ -167,30 +167,13 @@ func redact(se *stripego.Error) *stripego.Error {
 	return &c
 }
 
-// transportError classifies a failure without an answer of Stripe.
+// transportError classifies a failure without an answer of Stripe as
+// providers.TransportError does, with one rule of Stripe's error table
+// more: a refused connection is KindNotExecuted even after a connection was
+// obtained for the request (see TransportError for what that assumes).
 func transportError(op string, err error, sent bool) *providers.Error {
-	timeout := isTimeout(err)
-	if !sent || errors.Is(err, syscall.ECONNREFUSED) {
-		code := providers.CodeProviderUnavailable
-		if timeout {
-			code = providers.CodeProviderTimeout
-		}
-		return &providers.Error{Kind: providers.KindNotExecuted, Code: code,
-			Message: fmt.Sprintf("stripe %s: not sent: %v", op, err), Err: err}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		sent = false
 	}
-	code := providers.CodeProviderInternalError
-	if timeout {
-		code = providers.CodeProviderTimeout
-	}
-	return &providers.Error{Kind: providers.KindUnknown, Code: code,
-		Message: fmt.Sprintf("stripe %s: no complete answer after sending: %v", op, err), Err: err}
-}
-
-// isTimeout reports whether err is a deadline or a network timeout.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return providers.TransportError("stripe", op, err, sent)
 }

@@ -2,7 +2,9 @@ package stripe
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +24,19 @@ const (
 // expandCharge is expanded on every PaymentIntent answer: the hold's
 // capture_before and the refunded amount live on the charge.
 const expandCharge = "latest_charge"
+
+// paymentMethodRE is the shape of the payment methods the adapter sends
+// Stripe: PaymentMethod ids, pm_ then letters, digits and underscores
+// (pm_1N…, and the test methods pm_card_visa, pm_card_chargeDeclined).
+var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
+
+// CheckPaymentMethod accepts a Stripe PaymentMethod id (paymentMethodRE).
+func (c *Client) CheckPaymentMethod(pm string) error {
+	if !paymentMethodRE.MatchString(pm) {
+		return errors.New("payment_method must look like pm_card_visa")
+	}
+	return nil
+}
 
 // Authorize places a hold: a PaymentIntent with capture_method=manual for
 // cards, created (key req.Key+":create"; nothing is held yet), handed to
