@@ -24,8 +24,11 @@ func (s *Service) routeFor(ctx context.Context, in AuthorizeInput, pinned bool) 
 	_, chosen := rv.Rules.Decide(RouteInput{PaymentID: PaymentID(in.TenantID, in.Key), AmountMinor: in.AmountMinor,
 		Currency: in.Currency, PaymentMethod: in.PaymentMethod, Metadata: in.Metadata})
 	// The rules were checked when stored; a connector disabled or removed
-	// from the configuration since is skipped.
-	route = slices.DeleteFunc(chosen, func(name string) bool { return !s.connectorEnabled(name) })
+	// from the configuration since is skipped, and so is one whose adapter
+	// does not take the payment's method.
+	route = slices.DeleteFunc(chosen, func(name string) bool {
+		return !s.connectorEnabled(name) || s.checkPaymentMethod(name, in.PaymentMethod) != nil
+	})
 	if len(route) == 0 {
 		return nil, nil, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Minute,
 			Message: "no enabled connector is routed for this payment; an admin must update the tenant's routing"}
