@@ -66,8 +66,15 @@ func parseConsolePages() map[string]*template.Template {
 		"dvalue":     discrepancyValue,
 		"minor":      func(p *int64) int64 { return *p },
 		"categories": discrepancyCategories,
+		"share":      formatShareP,
+		"msp":        formatMSP,
+		"attempt":    eventAttempt,
+		"detail":     eventDetail,
+		"routing":    routingText,
 	}
-	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(consoleFiles, "console/templates/layout.html"))
+	// Every page has the layout and the shared partials (chart.html).
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(consoleFiles,
+		"console/templates/layout.html", "console/templates/chart.html"))
 	pages := map[string]*template.Template{}
 	names, err := fs.Glob(consoleFiles, "console/templates/*.html")
 	if err != nil {
@@ -75,7 +82,7 @@ func parseConsolePages() map[string]*template.Template {
 	}
 	for _, n := range names {
 		base := strings.TrimPrefix(n, "console/templates/")
-		if base == "layout.html" {
+		if base == "layout.html" || base == "chart.html" {
 			continue
 		}
 		pages[strings.TrimSuffix(base, ".html")] = template.Must(template.Must(layout.Clone()).ParseFS(consoleFiles, n))
@@ -152,6 +159,7 @@ func (s *Server) consoleRouter() *echo.Echo {
 	readers := s.consoleRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
 	a.GET("/search", s.consoleSearch, readers)
 	a.GET("/payments/:id", s.consolePayment, readers)
+	a.GET("/connectors", s.consoleConnectors, s.consoleRole(connectorViewers...))
 	if s.rec != nil {
 		finance := s.consoleRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
 		a.GET("/runs", s.consoleRuns, finance)
@@ -198,11 +206,12 @@ type pageData struct {
 	Title   string
 	Session *orchestrator.ConsoleSession
 	// Nav flags which sections the user's role may see.
-	CanPayments bool
-	CanFinance  bool
-	Notice      string
-	Error       string
-	Page        any
+	CanPayments   bool
+	CanFinance    bool
+	CanConnectors bool
+	Notice        string
+	Error         string
+	Page          any
 }
 
 // render writes page with status; a template failure is an error page.
@@ -212,6 +221,7 @@ func (s *Server) render(c echo.Context, status int, page, title string, data any
 	if sess != nil {
 		pd.CanPayments = consoleAllowed(sess.Principal.Role, orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
 		pd.CanFinance = s.rec != nil && consoleAllowed(sess.Principal.Role, orchestrator.RoleFinance, orchestrator.RoleAdmin)
+		pd.CanConnectors = consoleAllowed(sess.Principal.Role, connectorViewers...)
 	}
 	if n, ok := data.(interface{ notice() (string, string) }); ok {
 		pd.Notice, pd.Error = n.notice()

@@ -74,11 +74,11 @@ func statusBadge(status string) string {
 		return badge
 	}
 	switch status {
-	case "succeeded", "resolved", "ok", "success", "completed":
+	case "succeeded", "resolved", "ok", "success", "completed", "closed":
 		return "good"
 	case "declined", "error", "open":
 		return "bad"
-	case "running", "unknown", "timeout":
+	case "running", "unknown", "timeout", "half_open":
 		return "warn"
 	}
 	return "neutral"
@@ -139,4 +139,63 @@ func discrepancyValue(d reconcile.Discrepancy, v string) string {
 		return v
 	}
 	return formatMinor(n, d.Currency)
+}
+
+// eventAttempt names the attempt an event belongs to, "#2 on fake_b", from
+// its detail (provider calls and attempt_started events carry it); ""
+// for other events.
+func eventAttempt(ev orchestrator.Event) string {
+	n, ok := ev.Detail["attempt"]
+	if !ok {
+		return ""
+	}
+	s := "#" + detailText(n)
+	for _, k := range []string{"connector", "provider"} {
+		if c, ok := ev.Detail[k].(string); ok && c != "" {
+			return s + " on " + c
+		}
+	}
+	return s
+}
+
+// eventDetail is an event's detail for people: a sentence for an
+// attempt_started event (which connector the payment left and why), the
+// detail's JSON otherwise.
+func eventDetail(ev orchestrator.Event) string {
+	if ev.Type != "attempt_started" {
+		return compactJSON(ev.Detail)
+	}
+	prev, _ := ev.Detail["previous_connector"].(string)
+	reason, _ := ev.Detail["reason"].(string)
+	switch {
+	case prev != "" && reason != "":
+		return "Failed over from " + prev + " after " + reason
+	case prev != "":
+		return "Failed over from " + prev
+	}
+	return compactJSON(ev.Detail)
+}
+
+// detailText writes a value of an event's detail (JSON numbers arrive as
+// float64).
+func detailText(v any) string {
+	switch x := v.(type) {
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case string:
+		return x
+	case nil:
+		return ""
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// routingText says what routed a payment: its tenant's routing version, or
+// none (the connector the request named, or the default one).
+func routingText(v *int) string {
+	if v == nil {
+		return "no routing rules: the provider the request named, or the default"
+	}
+	return "routing v" + strconv.Itoa(*v)
 }

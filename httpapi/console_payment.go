@@ -76,13 +76,14 @@ func (s *Server) consoleSearch(c echo.Context) error {
 
 // paymentPage is the data of a payment's page.
 type paymentPage struct {
-	Payment orchestrator.Payment
-	Events  []orchestrator.Event
+	Payment  orchestrator.Payment
+	Attempts []orchestrator.Attempt
+	Events   []orchestrator.Event
 }
 
 // consolePayment: GET /console/payments/{id}: amounts, state, provider
-// reference, capture deadline and the full timeline. Another tenant's
-// payment is a 404 to a merchant.
+// reference, capture deadline, routing, its attempts across connectors and
+// the full timeline. Another tenant's payment is a 404 to a merchant.
 func (s *Server) consolePayment(c echo.Context) error {
 	id := c.Param("id")
 	if !validID(id) {
@@ -94,9 +95,13 @@ func (s *Server) consolePayment(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
+	attempts, err := s.svc.Attempts(ctx, sc, id)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
 	evs, err := s.svc.PaymentEvents(ctx, sc, id)
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, paymentPage{Payment: p, Events: evs})
+	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, paymentPage{Payment: p, Attempts: attempts, Events: evs})
 }

@@ -16,11 +16,18 @@ import (
 // the CSV has them all.
 const consoleDiscrepancyLimit = 500
 
+// consoleDiscrepancyDays is how many business days the runs page charts.
+const consoleDiscrepancyDays = 30
+
 // runsPage is the data of the runs list.
 type runsPage struct {
 	Runs  []reconcile.Run
 	More  bool
 	Older int64
+	// Open charts the open discrepancies of the last
+	// consoleDiscrepancyDays business days; OpenTotal is their sum.
+	Open      svgChart
+	OpenTotal int64
 }
 
 // consoleRuns: GET /console/runs?before= lists runs, newest first.
@@ -37,11 +44,40 @@ func (s *Server) consoleRuns(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
+	days, err := s.rec.DiscrepanciesPerDay(c.Request().Context(), consoleDiscrepancyDays)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
 	page := runsPage{Runs: runs, More: more}
 	if more && len(runs) > 0 {
 		page.Older = runs[len(runs)-1].ID
 	}
+	page.Open, page.OpenTotal = openDiscrepancyChart(days)
 	return s.render(c, http.StatusOK, "runs", "Reconciliation runs", page)
+}
+
+// openDiscrepancyChart is the bar chart of open discrepancies per business
+// day, and their total.
+func openDiscrepancyChart(days []reconcile.DayCount) (svgChart, int64) {
+	values, titles, labels := make([]float64, len(days)), make([]string, len(days)), make([]string, len(days))
+	var total, most int64
+	for i, d := range days {
+		values[i] = float64(d.Open)
+		titles[i] = d.Date + ": " + strconv.FormatInt(d.Open, 10) + " open"
+		total += d.Open
+		most = max(most, d.Open)
+		if (len(days)-1-i)%7 == 0 { // the last day, and a week before each
+			labels[i] = d.Date[5:]
+		}
+	}
+	yMax := max(4, niceCeil(float64(most))) // at least whole ticks at 0, 2 and 4
+	from, to := "", ""
+	if len(days) > 0 {
+		from, to = days[0].Date, days[len(days)-1].Date
+	}
+	return barChart("open-discrepancies", "Open discrepancies per business day, "+from+" to "+to,
+		"One bar per business day: the unresolved discrepancies of each provider's latest succeeded run of that day, from 0 to "+
+			formatCount(yMax)+".", 720, yMax, formatCount, labels, values, titles), total
 }
 
 // runPage is the data of one run's page.

@@ -49,8 +49,9 @@ type env struct {
 // newEnv serves the API on a database at dbURL with a fake provider of its
 // own on loopback, tracing into an in-memory recorder (every span sampled)
 // and metering into a manual reader. svcCfg, when given, tunes the Service
-// (clock, lease, provider timeout, a Pool on dbURL of its own); its Pool
-// (unless given), Logger, Providers and telemetry providers are filled in.
+// (clock, lease, provider timeout, a Pool on dbURL of its own, more
+// connectors); its Pool (unless given), Logger, the default connector
+// "fake" and telemetry providers are filled in.
 func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
 	var sc orchestrator.Config
@@ -81,7 +82,11 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	t.Cleanup(func() { mig.Close() })
 	sc.Pool, sc.SchemaVersions, sc.Logger = pool, mig.Versions, logger
 	sc.TracerProvider, sc.MeterProvider = tp, mp
-	sc.Providers, sc.DefaultProvider = map[string]providers.Provider{"fake": fc}, "fake"
+	// The fake is connector "fake", the default; a test may add others.
+	if sc.Providers == nil {
+		sc.Providers = map[string]providers.Provider{}
+	}
+	sc.Providers["fake"], sc.DefaultProvider = fc, "fake"
 	svc := orchestrator.NewService(sc)
 	cfg.Service, cfg.Logger = svc, logger
 	cfg.TracerProvider, cfg.MeterProvider = tp, mp

@@ -274,3 +274,50 @@ func (r *Reconciler) Resolve(ctx context.Context, id int64, note, by string) (Di
 	}
 	return d, nil
 }
+
+// DayCount is how many discrepancies of one business day are open.
+type DayCount struct {
+	// Date is the business date, YYYY-MM-DD.
+	Date string `json:"date" db:"date"`
+	Open int64  `json:"open" db:"open"`
+}
+
+// MaxDiscrepancyDays bounds the days DiscrepanciesPerDay reads.
+const MaxDiscrepancyDays = 366
+
+// discrepanciesPerDaySQL counts, for each business date from $1 to $2,
+// the unresolved discrepancies of each provider's latest succeeded
+// version of that day's run (a re-run carries the resolutions of the
+// version before it, so the latest one says what is still open), every
+// day present even without a run.
+const discrepanciesPerDaySQL = `
+	WITH latest AS (
+		SELECT DISTINCT ON (provider, business_date) id, business_date
+		FROM reconciliation_runs
+		WHERE status = 'succeeded' AND business_date BETWEEN $1::date AND $2::date
+		ORDER BY provider, business_date, version DESC
+	)
+	SELECT d.day::date::text AS date, count(x.id) AS open
+	FROM generate_series($1::date, $2::date, interval '1 day') AS d (day)
+	LEFT JOIN latest l ON l.business_date = d.day::date
+	LEFT JOIN reconciliation_discrepancies x ON x.run_id = l.id AND x.resolved_at IS NULL
+	GROUP BY d.day
+	ORDER BY d.day`
+
+// DiscrepanciesPerDay returns the open discrepancies of each of the last
+// days business dates, today's (in the reconciler's time zone) last: for
+// each day, those of every provider's latest succeeded run of it.
+// Errors: validation_failed (days not from 1 to MaxDiscrepancyDays).
+func (r *Reconciler) DiscrepanciesPerDay(ctx context.Context, days int) ([]DayCount, error) {
+	if days < 1 || days > MaxDiscrepancyDays {
+		return nil, orchestrator.ParamError("days", "days must be from 1 to %d", MaxDiscrepancyDays)
+	}
+	today := r.now().In(r.loc)
+	from := today.AddDate(0, 0, 1-days)
+	rows, _ := r.pool.Query(ctx, discrepanciesPerDaySQL, from.Format(time.DateOnly), today.Format(time.DateOnly))
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[DayCount])
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: discrepancies per day: %w", err)
+	}
+	return out, nil
+}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/csv"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -84,5 +86,86 @@ func TestCSVExportHoldsNoConnectionWhileTheClientStalls(t *testing.T) {
 			t.Fatalf("id %q after %d: not in increasing order", r[0], last)
 		}
 		last = id
+	}
+}
+
+func TestDiscrepanciesPerDayCountsTheLatestRunsOpenOnes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fake.Config{})
+	ctx := context.Background()
+	a := e.pay(t, 1000, "EUR", "", "capture:0")
+	b := e.pay(t, 2000, "EUR", "", "capture:0")
+	c := e.pay(t, 3000, "EUR", "", "capture:0")
+	for _, p := range []orchestrator.Payment{a, b} {
+		if err := e.fc.Drift(ctx, fake.Drift{Kind: fake.DriftCurrency, Ref: *p.ProviderRef, Currency: "USD"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perDay := func(days int) string {
+		t.Helper()
+		got, err := e.rec.DiscrepanciesPerDay(ctx, days)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, d := range got {
+			s = append(s, d.Date+":"+strconv.FormatInt(d.Open, 10))
+		}
+		return strings.Join(s, " ")
+	}
+	wantDays := func(what, got, want string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: %s, want %s", what, got, want)
+		}
+	}
+
+	_, ds1 := e.run(t) // the clock is now the morning after day
+	if len(ds1) != 2 {
+		t.Fatalf("v1: %s", categories(ds1))
+	}
+	wantDays("before anything is resolved", perDay(3), "2026-11-29:0 2026-11-30:2 2026-12-01:0")
+	for _, d := range ds1 {
+		if *d.PaymentID == b.ID {
+			if _, err := e.rec.Resolve(ctx, d.ID, "booked by hand", "key_finance"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wantDays("after one is resolved", perDay(3), "2026-11-29:0 2026-11-30:1 2026-12-01:0")
+
+	// v2 finds a and b again (b's resolution carried over) and c missing:
+	// the day counts v2's open ones, not v1's and v2's.
+	if err := e.fc.Drift(ctx, fake.Drift{Kind: fake.DriftDrop, Ref: *c.ProviderRef}); err != nil {
+		t.Fatal(err)
+	}
+	v2, ds2 := e.run(t)
+	if v2.Version != 2 || len(ds2) != 3 {
+		t.Fatalf("v2 %+v: %s", v2, categories(ds2))
+	}
+	wantDays("after a re-run", perDay(2), "2026-11-30:2 2026-12-01:0")
+
+	// A later version still running, and a run that failed, count for
+	// nothing; another provider's run of another day counts on its day.
+	_, err := e.pool.Exec(ctx, `
+		WITH runs AS (
+			INSERT INTO reconciliation_runs (provider, business_date, version, trigger, status, time_zone,
+				window_start, window_end, grace_seconds, started_at)
+			VALUES ('fake', '2026-11-30', 3, 'api', 'running', 'UTC', $1, $1, 0, $1),
+				('other', '2026-11-28', 1, 'api', 'failed', 'UTC', $1, $1, 0, $1),
+				('other', '2026-11-29', 1, 'api', 'succeeded', 'UTC', $1, $1, 0, $1)
+			RETURNING id, status
+		)
+		INSERT INTO reconciliation_discrepancies (run_id, category, fingerprint, created_at)
+		SELECT id, 'missing_locally', 'fp' || g, $1 FROM runs CROSS JOIN generate_series(1, 4) g`, runTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDays("with other runs", perDay(4), "2026-11-28:0 2026-11-29:4 2026-11-30:2 2026-12-01:0")
+
+	for _, days := range []int{0, reconcile.MaxDiscrepancyDays + 1} {
+		if _, err := e.rec.DiscrepanciesPerDay(ctx, days); orchestrator.ErrorCode(err) != orchestrator.CodeValidationFailed {
+			t.Fatalf("%d days: %v", days, err)
+		}
 	}
 }
