@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"syscall"
 
 	stripego "github.com/stripe/stripe-go/v76"
 
@@ -29,8 +28,8 @@ import (
 // nothing sent (no connection obtained) is KindNotExecuted
 // (provider_unavailable, or timeout); anything after sending (timeout,
 // reset, an answer that does not parse) is KindUnknown (timeout or
-// provider_error). A refused connection is KindNotExecuted here even after
-// a connection was obtained (transportError).
+// provider_error), a refused connection after a connection was obtained
+// too (transportError).
 //
 // Stripe's idempotency_error means the key was first used with other
 // parameters: Stripe refused this request without executing it and the
@@ -168,12 +167,12 @@ func redact(se *stripego.Error) *stripego.Error {
 }
 
 // transportError classifies a failure without an answer of Stripe as
-// providers.TransportError does, with one rule of Stripe's error table
-// more: a refused connection is KindNotExecuted even after a connection was
-// obtained for the request (see TransportError for what that assumes).
+// providers.TransportError does. A refused connection after a connection
+// was obtained is KindUnknown there, and here too: Go's transport resends a
+// request that carries an Idempotency-Key on a new connection when the
+// first one died, and the first copy may have reached Stripe. Failover to
+// another connector trusts KindNotExecuted, so it is given only when
+// certain.
 func transportError(op string, err error, sent bool) *providers.Error {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		sent = false
-	}
 	return providers.TransportError("stripe", op, err, sent)
 }

@@ -55,11 +55,13 @@ func TestClassify(t *testing.T) {
 		{"BadKey", se(401, inv, "", "", ""), true, providers.KindNotExecuted, providers.CodeProviderUnavailable},
 		{"NotPermitted", se(403, inv, "", "", ""), true, providers.KindNotExecuted, providers.CodeProviderUnavailable},
 		{"ConnectionRefused", refused, false, providers.KindNotExecuted, providers.CodeProviderUnavailable},
-		{"ConnectionRefusedAfterATrace", refused, true, providers.KindNotExecuted, providers.CodeProviderUnavailable},
 		{"DNSFailure", urlErr(&net.DNSError{Err: "no such host", Name: "api.stripe.test", IsNotFound: true}), false, providers.KindNotExecuted, providers.CodeProviderUnavailable},
 		{"DeadlineBeforeConnecting", urlErr(context.DeadlineExceeded), false, providers.KindNotExecuted, providers.CodeProviderTimeout},
 		{"CanceledBeforeConnecting", urlErr(context.Canceled), false, providers.KindNotExecuted, providers.CodeProviderUnavailable},
-		// Unknown outcome: keep pending, settle with the same key.
+		// Unknown outcome: keep pending, settle with the same key. A
+		// refused connection after one was obtained: the transport may
+		// have resent the request, whose first copy may have executed.
+		{"ConnectionRefusedAfterATrace", refused, true, providers.KindUnknown, providers.CodeProviderInternalError},
 		{"InternalError", se(500, stripego.ErrorTypeAPI, "", "", ""), true, providers.KindUnknown, providers.CodeProviderInternalError},
 		{"Unavailable", se(503, stripego.ErrorTypeAPI, "", "", ""), true, providers.KindUnknown, providers.CodeProviderInternalError},
 		{"APIErrorType", se(400, stripego.ErrorTypeAPI, "", "", ""), true, providers.KindUnknown, providers.CodeProviderInternalError},
