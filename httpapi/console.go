@@ -152,6 +152,9 @@ func (s *Server) consoleRouter() *echo.Echo {
 	readers := s.consoleRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
 	a.GET("/search", s.consoleSearch, readers)
 	a.GET("/payments/:id", s.consolePayment, readers)
+	admin := s.consoleRole(orchestrator.RoleAdmin)
+	a.GET("/tenants", s.consoleTenants, admin)
+	a.GET("/tenants/:id", s.consoleTenant, admin)
 	if s.rec != nil {
 		finance := s.consoleRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
 		a.GET("/runs", s.consoleRuns, finance)
@@ -200,6 +203,7 @@ type pageData struct {
 	// Nav flags which sections the user's role may see.
 	CanPayments bool
 	CanFinance  bool
+	CanAdmin    bool
 	Notice      string
 	Error       string
 	Page        any
@@ -212,6 +216,7 @@ func (s *Server) render(c echo.Context, status int, page, title string, data any
 	if sess != nil {
 		pd.CanPayments = consoleAllowed(sess.Principal.Role, orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
 		pd.CanFinance = s.rec != nil && consoleAllowed(sess.Principal.Role, orchestrator.RoleFinance, orchestrator.RoleAdmin)
+		pd.CanAdmin = sess.Principal.Role == orchestrator.RoleAdmin
 	}
 	if n, ok := data.(interface{ notice() (string, string) }); ok {
 		pd.Notice, pd.Error = n.notice()
