@@ -160,6 +160,9 @@ func (s *Server) consoleRouter() *echo.Echo {
 	a.GET("/search", s.consoleSearch, readers)
 	a.GET("/payments/:id", s.consolePayment, readers)
 	a.GET("/connectors", s.consoleConnectors, s.consoleRole(connectorViewers...))
+	admin := s.consoleRole(orchestrator.RoleAdmin)
+	a.GET("/tenants", s.consoleTenants, admin)
+	a.GET("/tenants/:id", s.consoleTenant, admin)
 	if s.rec != nil {
 		finance := s.consoleRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
 		a.GET("/runs", s.consoleRuns, finance)
@@ -209,6 +212,7 @@ type pageData struct {
 	CanPayments   bool
 	CanFinance    bool
 	CanConnectors bool
+	CanAdmin      bool
 	Notice        string
 	Error         string
 	Page          any
@@ -222,6 +226,7 @@ func (s *Server) render(c echo.Context, status int, page, title string, data any
 		pd.CanPayments = consoleAllowed(sess.Principal.Role, orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
 		pd.CanFinance = s.rec != nil && consoleAllowed(sess.Principal.Role, orchestrator.RoleFinance, orchestrator.RoleAdmin)
 		pd.CanConnectors = consoleAllowed(sess.Principal.Role, connectorViewers...)
+		pd.CanAdmin = sess.Principal.Role == orchestrator.RoleAdmin
 	}
 	if n, ok := data.(interface{ notice() (string, string) }); ok {
 		pd.Notice, pd.Error = n.notice()

@@ -116,10 +116,8 @@ func (s *Server) consoleHome(c echo.Context) error {
 	switch {
 	case consoleAllowed(r, orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance):
 		return c.Redirect(http.StatusSeeOther, consolePrefix+"/search")
-	case s.rec != nil && r == orchestrator.RoleAdmin:
-		return c.Redirect(http.StatusSeeOther, consolePrefix+"/runs")
 	case r == orchestrator.RoleAdmin:
-		return c.Redirect(http.StatusSeeOther, consolePrefix+"/connectors")
+		return c.Redirect(http.StatusSeeOther, consolePrefix+"/tenants")
 	}
 	return s.consoleError(c, orchestrator.Errorf(orchestrator.CodeForbidden, "A %s key has nothing to see in the console.", r))
 }

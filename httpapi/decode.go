@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -57,6 +59,9 @@ func decodeStrict(raw []byte, dst any) error {
 			return orchestrator.ParamError(ute.Field, "%s must be a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()))
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			if path := unknownFieldPath(raw, reflect.TypeOf(dst)); path != "" {
+				return orchestrator.ParamError(orchestrator.FieldName(path), "unknown field %q", orchestrator.FieldName(path))
+			}
 			return orchestrator.ParamError(name, "unknown field %q", name)
 		}
 		return &orchestrator.Error{Code: orchestrator.CodeValidationFailed, Message: "request body is not valid JSON for this endpoint"}
@@ -114,4 +119,91 @@ func (m *minorUnits) UnmarshalJSON(b []byte) error {
 	}
 	m.set, m.value = true, r.Num().Int64()
 	return nil
+}
+
+// unknownFieldPath returns the path (default.connectors[1].zz) of the
+// first member of the JSON document raw that the type t (what it is
+// decoded into) has no field for, or "" when there is none or raw is not
+// valid JSON: json.Decoder names only the member, not where it is.
+func unknownFieldPath(raw []byte, t reflect.Type) string {
+	path, _ := walkUnknown(json.NewDecoder(bytes.NewReader(raw)), t, "")
+	return path
+}
+
+// walkUnknown reads one value from dec, which t decodes, and returns the
+// path (under at) of its first unknown member, if any.
+func walkUnknown(dec *json.Decoder, t reflect.Type, at string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return "", nil // a scalar
+	}
+	switch delim {
+	case '[':
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if p, err := walkUnknown(dec, elem, at+"["+strconv.Itoa(i)+"]"); p != "" || err != nil {
+				return p, err
+			}
+		}
+	case '{':
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			key, _ := kt.(string)
+			name := key
+			if at != "" {
+				name = at + "." + key
+			}
+			var member reflect.Type
+			switch {
+			case t != nil && t.Kind() == reflect.Struct:
+				f, ok := jsonField(t, key)
+				if !ok {
+					return name, nil
+				}
+				member = f
+			case t != nil && t.Kind() == reflect.Map:
+				member = t.Elem()
+			}
+			if p, err := walkUnknown(dec, member, name); p != "" || err != nil {
+				return p, err
+			}
+		}
+	}
+	_, err = dec.Token() // the closing delimiter
+	return "", err
+}
+
+// jsonField returns the type of the field of struct type t that
+// encoding/json decodes the member key into (its name, or its tag's,
+// matched without regard to case, as encoding/json does).
+func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if strings.EqualFold(name, key) {
+			return f.Type, true
+		}
+	}
+	return nil, false
 }

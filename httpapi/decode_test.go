@@ -50,3 +50,40 @@ func FuzzDecodeCreatePayment(f *testing.F) {
 		}
 	})
 }
+
+// An unknown member is named by its path, however deep (json.Decoder
+// names only the member).
+func TestDecodeStrictNamesTheUnknownMembersPath(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"colour":"red"}`: "colour",
+		`{"default":{"strategy":"priority","connectors":[{"name":"a"},{"name":"b","zz":1}]}}`: "default.connectors[1].zz",
+		`{"Default":{"Strategy":"priority","zz":1}}`:                                          "Default.zz",
+		`{"rules":[{"match":{"metadata":{"x":"y"},"currencies":["EUR"]},"zz":[1,{"a":2}]}]}`:  "rules[0].zz",
+		`{"rules":[{},{"match":{"amount_min":1,"colour":{}}}]}`:                               "rules[1].match.colour",
+	} {
+		var rules orchestrator.RoutingRules
+		err := decodeStrict([]byte(body), &rules)
+		if e, ok := err.(*orchestrator.Error); !ok || e.Code != orchestrator.CodeValidationFailed || e.Param != want {
+			t.Errorf("%s: %v, want validation_failed on %q", body, err, want)
+		}
+	}
+}
+
+// FuzzDecodeRoutingRules: the strict decoder never panics on a routing
+// body, and refuses only with validation_failed.
+func FuzzDecodeRoutingRules(f *testing.F) {
+	for _, s := range []string{
+		`{"rules":[{"name":"r","match":{"currencies":["EUR"],"amount_min":1},"connectors":{"strategy":"priority","connectors":[{"name":"a"}]}}],"default":{"strategy":"volume_split","connectors":[{"name":"a","weight":1}]}}`,
+		`{"default":{"connectors":[{"name":"a","zz":1}]}}`, `{"rules":[[]]}`, `{"rules":[{"match":{"metadata":{"k":1}}}]}`,
+		`{"rules":{"a":1},"zz":[1]}`, `[]`, ``, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rules orchestrator.RoutingRules
+		if err := decodeStrict(b, &rules); err != nil && orchestrator.ErrorCode(err) != orchestrator.CodeValidationFailed {
+			t.Fatalf("decode error with code %s: %v", orchestrator.ErrorCode(err), err)
+		}
+	})
+}

@@ -53,6 +53,9 @@ const (
 	// lenient is a form field its handler tolerates when odd (it only
 	// shapes a redirect): wrong only when unstorable.
 	lenient
+	// array is a list of objects (routing rules): wrong when not an
+	// array, or an array of anything but valid objects.
+	array
 )
 
 // routeSpec says how to make a valid request to a route, and which inputs
@@ -181,6 +184,14 @@ func jsonValues(k kind) []string {
 	case integer:
 		out = append(out, numbers...)
 		out = append(out, `"100"`, "true", "null", "[]", "{}", `"\u0000"`, deepArray(5000), deepObject(40))
+	case array:
+		strs()
+		for _, w := range wrongTypes {
+			if w != "[]" {
+				out = append(out, w)
+			}
+		}
+		out = append(out, "[null]", "[{}]", "[1]", `[{"zz":1}]`, `[{"name":"\u0000"}]`, "[["+deepArray(40)+"]]")
 	case object:
 		out = append(out, `{"\u0000":"v"}`, `{"k":"\u0000"}`, `{"\ud800":"v"}`, `{"k":"\udfff"}`, "{\"\xff\":\"v\"}",
 			"{\"k\":\"\xc3\x28\"}", `{"k":1}`, `{"k":true}`, `{"k":{"a":"b"}}`, `{"k":[]}`, `{"k":`+deepArray(5000)+`}`,
@@ -276,7 +287,7 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discrepancy int64) map[string]routeSpec {
 	merchant, support, finance, admin := orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance, orchestrator.RoleAdmin
 	as := func(r ...orchestrator.Role) []orchestrator.Role { return r }
-	runID, discID := fmt.Sprint(run.ID), fmt.Sprint(discrepancy)
+	runID, discID, tenantID := fmt.Sprint(run.ID), fmt.Sprint(discrepancy), fmt.Sprint(h.tenant)
 	today := time.Now().UTC().Format(time.DateOnly)
 	return map[string]routeSpec{
 		"GET /healthz":      {},
@@ -309,6 +320,12 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 			query: []string{"type", "status", "change", "limit", "starting_after"}, accept: []string{"text/csv"}},
 		"POST /v1/reconciliation/discrepancies/:id/resolve": {roles: as(finance), path: map[string]string{"id": discID},
 			body: map[string]string{"note": `"checked"`}, fields: map[string]kind{"note": text}},
+		"GET /v1/tenants/:id/routing": {roles: as(admin), path: map[string]string{"id": tenantID}},
+		"PUT /v1/tenants/:id/routing": {roles: as(admin), path: map[string]string{"id": tenantID},
+			body:   map[string]string{"default": `{"strategy":"priority","connectors":[{"name":"fake"}]}`},
+			fields: map[string]kind{"rules": array, "default": object}},
+		"GET /v1/tenants/:id/routing/versions": {roles: as(admin), path: map[string]string{"id": tenantID},
+			query: []string{"limit", "starting_after"}},
 
 		"GET /console":                    {},
 		"GET /console/static/console.css": {},
@@ -320,6 +337,8 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /console/search":       {roles: as(support), query: []string{"q", "tenant"}},
 		"GET /console/payments/:id": {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /console/runs":         {roles: as(finance), query: []string{"before"}},
+		"GET /console/tenants":      {roles: as(admin)},
+		"GET /console/tenants/:id":  {roles: as(admin), path: map[string]string{"id": tenantID}},
 		"GET /console/runs/:id":     {roles: as(finance), path: map[string]string{"id": runID}, query: []string{"category", "state", "change", "resolved"}},
 		"GET /console/runs/:id/discrepancies.csv": {roles: as(finance), path: map[string]string{"id": runID},
 			query: []string{"category", "state", "change"}},
@@ -335,6 +354,9 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 	method, tmpl, _ := strings.Cut(route, " ")
 	console := strings.HasPrefix(tmpl, "/console")
 	post := method == http.MethodPost
+	// A PUT (routing) writes, and reads a JSON body, like a POST, but
+	// takes no Idempotency-Key.
+	put := method == http.MethodPut
 	roles := spec.roles
 	if len(roles) == 0 {
 		roles = []orchestrator.Role{""}
@@ -378,7 +400,7 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 		case post && console:
 			header["Content-Type"] = "application/x-www-form-urlencoded"
 			body = []byte(encodeForm(form))
-		case post:
+		case post || put:
 			header["Content-Type"] = "application/json"
 			body = []byte(joinBody(spec.body))
 		}
@@ -409,10 +431,10 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 				add(fmt.Sprintf("path %s=%.40q", name, seg), name, func(p *probe) { p.path = buildPath(name, seg) })
 			}
 		}
-		// Query parameters: on a POST only unstorable values are surely
-		// wrong (the route reads no query).
+		// Query parameters: on a POST or PUT only unstorable values are
+		// surely wrong (the route reads no query).
 		values := unstorable
-		if !post {
+		if !post && !put {
 			values = append(slices.Clone(unstorable), odd...)
 		}
 		accepts := append([]string{""}, spec.accept...)
@@ -436,7 +458,7 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 			add(fmt.Sprintf("query name %.40q", u), "", func(p *probe) { p.query = url.QueryEscape(u) + "=1" })
 		}
 
-		if post && !console {
+		if (post || put) && !console {
 			// JSON fields, one at a time.
 			for _, name := range slices.Sorted(maps.Keys(spec.fields)) {
 				for _, v := range jsonValues(spec.fields[name]) {
@@ -467,9 +489,13 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 			}
 			// Headers.
 			for _, k := range []string{"", "\xff", "é", strings.Repeat("k", 256), "a\tb", " "} {
-				add(fmt.Sprintf("Idempotency-Key %.40q", k), "", func(p *probe) { p.header["Idempotency-Key"] = k })
+				if post {
+					add(fmt.Sprintf("Idempotency-Key %.40q", k), "", func(p *probe) { p.header["Idempotency-Key"] = k })
+				}
 			}
-			add("no Idempotency-Key", "", func(p *probe) { p.header["Idempotency-Key"] = "-" })
+			if post {
+				add("no Idempotency-Key", "", func(p *probe) { p.header["Idempotency-Key"] = "-" })
+			}
 			for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "application/json; charset=\xff"} {
 				add("Content-Type "+ct, "", func(p *probe) { p.header["Content-Type"] = ct })
 			}
@@ -545,8 +571,8 @@ func (h *hostileEnv) check(t *testing.T, p probe, res *http.Response, body []byt
 	case res.StatusCode >= 500:
 		t.Errorf("%s: %d %.300s", p.what, res.StatusCode, body)
 		return
-	case p.method == http.MethodPost && res.StatusCode < 400:
-		t.Errorf("%s: a hostile POST was accepted: %d %.300s", p.what, res.StatusCode, body)
+	case (p.method == http.MethodPost || p.method == http.MethodPut) && res.StatusCode < 400:
+		t.Errorf("%s: a hostile %s was accepted: %d %.300s", p.what, p.method, res.StatusCode, body)
 		return
 	case res.StatusCode < 400:
 		return
@@ -566,7 +592,7 @@ func (h *hostileEnv) check(t *testing.T, p probe, res *http.Response, body []byt
 		return
 	}
 	if prob.Code == string(orchestrator.CodeValidationFailed) && p.input != "" &&
-		prob.Param != p.input && !strings.HasPrefix(prob.Param, p.input+".") {
+		prob.Param != p.input && !strings.HasPrefix(prob.Param, p.input+".") && !strings.HasPrefix(prob.Param, p.input+"[") {
 		t.Errorf("%s: validation_failed names param %q, want %q: %.300s", p.what, prob.Param, p.input, body)
 	}
 }
@@ -578,7 +604,7 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 
 	// Fixtures: an authorized and a captured payment, a run with one open
-	// discrepancy, a console session for support and one for finance.
+	// discrepancy, a console session for support, finance and admin.
 	authorized, run := consoleFixture(t, e)
 	captured := e.authorizeOK(t, "hostile-captured", 5000)
 	if res, b := e.post(t, "/v1/payments/"+captured.ID+"/capture", e.keys[orchestrator.RoleMerchant], "hostile-capture", ""); res.StatusCode != 200 {
@@ -589,7 +615,8 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 		`SELECT id FROM reconciliation_discrepancies WHERE run_id = $1`, run.ID).Scan(&discrepancy); err != nil {
 		t.Fatal(err)
 	}
-	for role, page := range map[orchestrator.Role]string{orchestrator.RoleSupport: "/console/search", orchestrator.RoleFinance: "/console/runs"} {
+	for role, page := range map[orchestrator.Role]string{orchestrator.RoleSupport: "/console/search", orchestrator.RoleFinance: "/console/runs",
+		orchestrator.RoleAdmin: "/console/tenants"} {
 		cc := newConsoleClient(t, e.url)
 		cc.signIn(e.keys[role])
 		base, _ := url.Parse(e.url + "/console/")
@@ -631,7 +658,7 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 			n++
 			res, body := h.send(t, p)
 			h.check(t, p, res, body)
-			if p.method == http.MethodPost {
+			if p.method == http.MethodPost || p.method == http.MethodPut {
 				if now := h.snapshot(t); now != before {
 					t.Errorf("%s: wrote to the database:\nbefore %s\nafter  %s", p.what, before, now)
 					before = now

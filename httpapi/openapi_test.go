@@ -456,6 +456,30 @@ func TestOpenAPIContract(t *testing.T) {
 		wantProblem(t, res, b, 400, "validation_failed")
 	})
 
+	t.Run("Routing", func(t *testing.T) {
+		path := fmt.Sprintf("/v1/tenants/%d/routing", ct.tenant)
+		res, b := ct.do(t, call{method: "GET", path: path, apiKey: admin})
+		wantStatus(t, res, b, 200)
+		rules := `{"rules":[{"name":"euro","match":{"currencies":["EUR"],"amount_min":1,"amount_max":100000,` +
+			`"payment_methods":["pm_card_visa"],"metadata":{"channel":"web"}},"connectors":{"strategy":"priority","connectors":[{"name":"fake"}]}}],` +
+			`"default":{"strategy":"volume_split","connectors":[{"name":"fake","weight":100}]}}`
+		res, b = ct.do(t, call{method: "PUT", path: path, apiKey: admin, body: rules})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: path + "/versions?limit=10", apiKey: admin})
+		wantStatus(t, res, b, 200)
+		// Well-formed for the document, refused by the server.
+		res, b = ct.do(t, call{method: "PUT", path: path, apiKey: admin,
+			body: `{"default":{"strategy":"priority","connectors":[{"name":"nope"}]}}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "PUT", path: path, apiKey: admin, offContract: true,
+			body: `{"default":{"strategy":"priority","connectors":[{"name":"fake","colour":"red"}]}}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "GET", path: path, apiKey: merchant})
+		wantProblem(t, res, b, 403, "forbidden")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/tenants/999999/routing/versions", apiKey: admin})
+		wantProblem(t, res, b, 404, "not_found")
+	})
+
 	if t.Failed() {
 		return // a flow stopped early; its operations were not all reached
 	}

@@ -185,6 +185,9 @@ func (s *Server) routes() {
 	v1.GET("/me", s.getMe)
 	v1.GET("/tenants", s.listTenants, requireRole(orchestrator.RoleAdmin))
 	v1.GET("/api_keys", s.listAPIKeys, requireRole(orchestrator.RoleAdmin))
+	v1.GET("/tenants/:id/routing", s.getRouting, requireRole(orchestrator.RoleAdmin))
+	v1.PUT("/tenants/:id/routing", s.putRouting, requireRole(orchestrator.RoleAdmin))
+	v1.GET("/tenants/:id/routing/versions", s.listRoutingVersions, requireRole(orchestrator.RoleAdmin))
 
 	merchant := requireRole(orchestrator.RoleMerchant)
 	readers := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)

@@ -267,7 +267,7 @@ func TestRoutingVolumeSplit(t *testing.T) {
 	})
 }
 
-// routingWorld is a Service with connectors fake_a, fake_b (one fake
+// newRoutingService is a Service with connectors fake_a, fake_b (one fake
 // provider under two names: routing never calls them) and off, disabled,
 // and a clock.
 func newRoutingService(t *testing.T) (*orchestrator.Service, *testkit.Clock) {

@@ -72,3 +72,16 @@ func (s *Service) TenantByName(ctx context.Context, name string) (Tenant, error)
 	}
 	return t, nil
 }
+
+// TenantByID returns the tenant id. Errors: not_found.
+func (s *Service) TenantByID(ctx context.Context, id int64) (Tenant, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT id, name, created_at FROM tenants WHERE id = $1`, id)
+	t, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Tenant])
+	if isNoRows(err) {
+		return Tenant{}, Errorf(CodeNotFound, "tenant %d does not exist", id)
+	}
+	if err != nil {
+		return Tenant{}, internalf("tenant %d: %w", id, err)
+	}
+	return t, nil
+}

@@ -71,8 +71,10 @@ type config struct {
 	BackofficeMaxConns int
 	// APIKeyCache (PAYORCH_API_KEY_CACHE) makes `serve` and `dev` keep
 	// verified API keys in memory while a LISTEN connection hears their
-	// revocations (NOTIFY payorch_api_keys); off, every request reads its
-	// key from the database.
+	// revocations (NOTIFY payorch_api_keys), and tenants' active routing
+	// while it hears of new versions (NOTIFY payorch_routing); off, every
+	// request reads its key, and every authorization its routing, from the
+	// database.
 	APIKeyCache bool
 	// ReplayCache (PAYORCH_REPLAY_CACHE) is how many completed idempotency
 	// keys `serve` and `dev` keep in memory to answer replays; 0 turns it
