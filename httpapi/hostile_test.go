@@ -337,6 +337,7 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /console/search":       {roles: as(support), query: []string{"q", "tenant"}},
 		"GET /console/payments/:id": {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /console/runs":         {roles: as(finance), query: []string{"before"}},
+		"GET /console/connectors":   {roles: as(support)},
 		"GET /console/tenants":      {roles: as(admin)},
 		"GET /console/tenants/:id":  {roles: as(admin), path: map[string]string{"id": tenantID}},
 		"GET /console/runs/:id":     {roles: as(finance), path: map[string]string{"id": runID}, query: []string{"category", "state", "change", "resolved"}},
