@@ -99,6 +99,11 @@ ALTER TABLE payment_events
 -- The console's connector charts read the last 24 hours by connector.
 CREATE INDEX payment_attempts_connector_started_at_idx ON payment_attempts (connector, started_at);
 
+-- Reconciliation of a connector matches the holds of a payment's earlier
+-- attempts there too (reconcile/attempts.go): a declined or never
+-- confirmed one is expected, a live one is a second hold.
+ALTER TABLE reconciliation_provider_rows ADD COLUMN abandoned_attempt smallint;
+
 -- Attempts of payments made before this migration: the one attempt each had.
 INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, outcome, code, provider_ref,
     started_at, ended_at)
@@ -112,6 +117,7 @@ FROM payments;
 UPDATE payments SET route = ARRAY[provider];
 
 -- +goose Down
+ALTER TABLE reconciliation_provider_rows DROP COLUMN abandoned_attempt;
 DROP TABLE payment_attempts;
 -- payment_events keeps its attempt_started events (it is append-only) and
 -- so the wider type check.

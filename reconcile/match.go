@@ -202,13 +202,17 @@ const linkByPaymentIDSQL = `
 		AND p.provider = $2`
 
 // link matches the run's staged provider rows to our payments: by the
-// provider's reference, then by our payment id for the rest.
+// provider's reference, then by our payment id for the rest, then to the
+// earlier attempts of payments now held elsewhere (attempts.go).
 func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 	if _, err := conn.Exec(ctx, linkByRefSQL, run.ID, run.Provider); err != nil {
 		return fmt.Errorf("match by reference: %w", err)
 	}
 	if _, err := conn.Exec(ctx, linkByPaymentIDSQL, run.ID, run.Provider); err != nil {
 		return fmt.Errorf("match by payment id: %w", err)
+	}
+	if _, err := conn.Exec(ctx, linkByAttemptSQL, run.ID, run.Provider); err != nil {
+		return fmt.Errorf("match by earlier attempt: %w", err)
 	}
 	return nil
 }
@@ -225,6 +229,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win windo
 		}
 	}
 	if err := r.judgePairs(ctx, tx, run, win, st, w); err != nil {
+		return nil, err
+	}
+	if err := judgeAbandoned(ctx, tx, run, st, w); err != nil {
 		return nil, err
 	}
 	if err := w.flush(ctx); err != nil {
@@ -270,7 +277,7 @@ func (r *Reconciler) finish(ctx context.Context, tx pgx.Tx, run Run, st *stats, 
 const declarePairsSQL = `
 	DECLARE pairs NO SCROLL CURSOR FOR
 	WITH s AS (
-		SELECT * FROM reconciliation_provider_rows WHERE run_id = $1
+		SELECT * FROM reconciliation_provider_rows WHERE run_id = $1 AND abandoned_attempt IS NULL
 	), l AS (
 		SELECT tenant_id, id, status, currency, amount_minor, captured_minor, refunded_minor, provider_ref,
 			capture_before, created_at, updated_at
