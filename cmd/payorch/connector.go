@@ -289,11 +289,12 @@ func (c config) activeConnectors() []connectorConfig {
 
 // connector returns the active connector named name.
 func (c config) connector(name string) (connectorConfig, bool) {
-	i := slices.IndexFunc(c.activeConnectors(), func(cc connectorConfig) bool { return cc.Name == name })
+	active := c.activeConnectors()
+	i := slices.IndexFunc(active, func(cc connectorConfig) bool { return cc.Name == name })
 	if i < 0 {
 		return connectorConfig{}, false
 	}
-	return c.activeConnectors()[i], true
+	return active[i], true
 }
 
 // connectorOptions returns the active connectors' options by name, for
