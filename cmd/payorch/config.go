@@ -8,9 +8,12 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/payorch/payorch/orchestrator"
 )
 
 // config is everything payorch reads from its environment. Defaults live
@@ -83,30 +86,60 @@ type config struct {
 	// Environment (PAYORCH_ENVIRONMENT) says what this deployment is:
 	// production, development or test. Unset, each command picks (run):
 	// development for `dev`, production for every other. In production the
-	// fake provider is not offered at all: it can be neither the default
-	// provider nor reached at PAYORCH_FAKE_URL.
+	// fake provider is not offered at all: no connector may use it, and
+	// with PAYORCH_CONNECTORS unset it can be neither the default provider
+	// nor reached at PAYORCH_FAKE_URL.
 	Environment string
-	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL;
+	// Connectors (PAYORCH_CONNECTORS, name=adapter separated by commas,
+	// each with its PAYORCH_CONNECTOR_<NAME>_… settings: connector.go) are
+	// the configured instances of provider adapters, by which payments
+	// name their provider. With PAYORCH_CONNECTORS unset they are the
+	// older variables': fake (outside production only: activeConnectors)
+	// and stripe when STRIPE_SECRET_KEY is set.
+	Connectors []connectorConfig
+	// ConnectorsListed reports whether PAYORCH_CONNECTORS was set.
+	ConnectorsListed bool
+	// DevConnectors are the embedded fakes fake_a and fake_b, with their
+	// PAYORCH_CONNECTOR_FAKE_A_… settings, that `dev` runs instead of the
+	// single fake when PAYORCH_CONNECTORS and PAYORCH_FAKE_URL are unset.
+	DevConnectors []connectorConfig
+	// MaxAttempts (PAYORCH_MAX_ATTEMPTS) bounds the attempts of one
+	// payment across connectors, 1 to 10.
+	MaxAttempts int
+	// Breaker (PAYORCH_BREAKER_WINDOW, PAYORCH_BREAKER_MIN_CALLS,
+	// PAYORCH_BREAKER_ERROR_PERCENT, PAYORCH_BREAKER_COOLDOWN) tunes each
+	// connector's health breaker (orchestrator.BreakerConfig).
+	Breaker orchestrator.BreakerConfig
+	// FakeURL (PAYORCH_FAKE_URL) is a standalone fake provider's base URL
+	// for the connector named fake (PAYORCH_CONNECTOR_FAKE_URL wins);
 	// empty means run one embedded in this process (outside production).
 	FakeURL string
 	// FakeToken (PAYORCH_FAKE_TOKEN) is the fake provider's bearer secret:
-	// the one the standalone fake at FakeURL was started with (required
-	// with FakeURL), the default of `fakeprovider --admin-token`, and the
-	// embedded fake's token when set (else each start generates one).
+	// the default of `fakeprovider --admin-token`, and the token of the
+	// connector named fake (PAYORCH_CONNECTOR_FAKE_TOKEN wins): the one
+	// the standalone fake at its URL was started with (required with a
+	// URL), and the embedded fake's token when set (else each start
+	// generates one).
 	FakeToken string
 	// FakeState (PAYORCH_FAKE_STATE) is the file the embedded fake provider
-	// keeps its state in across restarts; empty means memory only. `dev`
+	// of the connector named fake keeps its state in across restarts
+	// (PAYORCH_CONNECTOR_FAKE_STATE wins); empty means memory only. `dev`
 	// defaults it to DataDir/fake-provider.json, `serve` leaves it empty.
 	FakeState string
-	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) serves requests that name
-	// no provider: fake, or stripe when STRIPE_SECRET_KEY is set.
+	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) is the connector that
+	// serves requests that name none and that no routing rule routes; it
+	// must be configured and enabled. Unset: fake with PAYORCH_CONNECTORS
+	// unset (fake_a under `dev`), else the first enabled connector listed.
 	DefaultProvider string
-	// StripeSecretKey (STRIPE_SECRET_KEY) enables the stripe provider.
+	// StripeSecretKey (STRIPE_SECRET_KEY) enables the stripe connector when
+	// PAYORCH_CONNECTORS is unset, and is the secret key of the connector
+	// named stripe (PAYORCH_CONNECTOR_STRIPE_SECRET_KEY wins).
 	StripeSecretKey string
-	// StripeAPIBase (STRIPE_API_BASE) points the stripe provider elsewhere
-	// (stripe-mock, a proxy); empty means Stripe's API.
+	// StripeAPIBase (STRIPE_API_BASE) points the connector named stripe
+	// elsewhere (stripe-mock, a proxy); empty means Stripe's API.
 	StripeAPIBase string
-	// StripeTimeout (STRIPE_TIMEOUT) bounds one request to Stripe.
+	// StripeTimeout (STRIPE_TIMEOUT) bounds one request of the connector
+	// named stripe to Stripe.
 	StripeTimeout time.Duration
 	// ProviderTimeout (PAYORCH_PROVIDER_TIMEOUT) bounds one provider call.
 	ProviderTimeout time.Duration
@@ -173,7 +206,10 @@ func defaultConfig() config {
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
 
-		StripeTimeout:     30 * time.Second,
+		MaxAttempts: orchestrator.DefaultMaxAttempts,
+		Breaker:     orchestrator.DefaultBreaker,
+
+		StripeTimeout:     defaultStripeTimeout,
 		ReconcileSchedule: "0 3 * * *",
 		ReconcileTZ:       "UTC",
 		ReconcileGrace:    2 * time.Hour,
@@ -279,8 +315,26 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
 	str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
 	str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", &c.OTLPProtocol)
+	num("PAYORCH_MAX_ATTEMPTS", &c.MaxAttempts)
+	dur("PAYORCH_BREAKER_WINDOW", &c.Breaker.Window)
+	num("PAYORCH_BREAKER_MIN_CALLS", &c.Breaker.MinCalls)
+	num("PAYORCH_BREAKER_ERROR_PERCENT", &c.Breaker.ErrorPercent)
+	dur("PAYORCH_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
+	}
+	var err error
+	if c.Connectors, c.ConnectorsListed, err = readConnectors(getenv, c); err != nil {
+		return c, err
+	}
+	if c.DevConnectors, err = readDevConnectors(getenv, c); err != nil {
+		return c, err
+	}
+	if c.ConnectorsListed && getenv("PAYORCH_DEFAULT_PROVIDER") == "" {
+		c.DefaultProvider = c.Connectors[0].Name
+		if i := slices.IndexFunc(c.Connectors, func(cc connectorConfig) bool { return !cc.Disabled }); i >= 0 {
+			c.DefaultProvider = c.Connectors[i].Name
+		}
 	}
 	return c, c.validate()
 }
@@ -314,14 +368,23 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
-	case c.DefaultProvider == "stripe" && c.StripeSecretKey == "":
-		return errors.New("PAYORCH_DEFAULT_PROVIDER: stripe needs STRIPE_SECRET_KEY")
-	case c.DefaultProvider != "fake" && c.DefaultProvider != "stripe":
-		return fmt.Errorf("PAYORCH_DEFAULT_PROVIDER: %q is not a provider (fake, stripe)", c.DefaultProvider)
 	case c.StripeTimeout <= 0:
 		return errors.New("STRIPE_TIMEOUT: must be positive")
+	case c.MaxAttempts < 1 || c.MaxAttempts > 10:
+		return errors.New("PAYORCH_MAX_ATTEMPTS: must be from 1 (no failover) to 10")
+	case c.Breaker.Window < time.Second || c.Breaker.Window > 24*time.Hour:
+		return errors.New("PAYORCH_BREAKER_WINDOW: must be from 1s to 24h")
+	case c.Breaker.MinCalls < 1 || c.Breaker.MinCalls > 1_000_000:
+		return errors.New("PAYORCH_BREAKER_MIN_CALLS: must be from 1 to 1000000 calls")
+	case c.Breaker.ErrorPercent < 1 || c.Breaker.ErrorPercent > 100:
+		return errors.New("PAYORCH_BREAKER_ERROR_PERCENT: must be from 1 to 100")
+	case c.Breaker.Cooldown < time.Second || c.Breaker.Cooldown > 24*time.Hour:
+		return errors.New("PAYORCH_BREAKER_COOLDOWN: must be from 1s to 24h")
 	}
 	if err := c.validateFake(); err != nil {
+		return err
+	}
+	if err := c.validateConnectors(); err != nil {
 		return err
 	}
 	if _, err := time.LoadLocation(c.ReconcileTZ); err != nil {
@@ -399,23 +462,26 @@ func (c config) validateFake() error {
 	default:
 		return fmt.Errorf("PAYORCH_ENVIRONMENT: %q is not production, development or test", c.Environment)
 	}
-	if c.FakeURL != "" && c.FakeToken == "" {
-		return errors.New("PAYORCH_FAKE_TOKEN: required with PAYORCH_FAKE_URL: the token the standalone fake provider was started with (payorch fakeprovider --admin-token)")
-	}
 	if strings.ContainsAny(c.FakeToken, " \t\r\n") {
 		return errors.New("PAYORCH_FAKE_TOKEN: must not contain white space")
 	}
 	if c.Environment != envProduction {
 		return nil
 	}
-	switch {
-	case c.DefaultProvider == "fake":
-		return errors.New("PAYORCH_DEFAULT_PROVIDER is fake, a provider for development and tests, and PAYORCH_ENVIRONMENT is production " +
-			"(the default of every command but dev): set PAYORCH_DEFAULT_PROVIDER=stripe with STRIPE_SECRET_KEY, " +
-			"or PAYORCH_ENVIRONMENT=development or test if this deployment is not production")
-	case c.FakeURL != "":
-		return errors.New("PAYORCH_FAKE_URL is set and PAYORCH_ENVIRONMENT is production: the fake provider is for development and tests; " +
-			"unset PAYORCH_FAKE_URL, or set PAYORCH_ENVIRONMENT=development or test")
+	for _, cc := range c.Connectors {
+		switch {
+		case cc.Adapter != adapterFake:
+		case !cc.implicit:
+			return fmt.Errorf("PAYORCH_CONNECTORS: connector %s uses the fake adapter, a provider for development and tests, and PAYORCH_ENVIRONMENT is production "+
+				"(the default of every command but dev): remove it, or set PAYORCH_ENVIRONMENT=development or test if this deployment is not production", cc.Name)
+		case c.DefaultProvider == cc.Name:
+			return errors.New("PAYORCH_DEFAULT_PROVIDER is fake, a provider for development and tests, and PAYORCH_ENVIRONMENT is production " +
+				"(the default of every command but dev): set PAYORCH_DEFAULT_PROVIDER=stripe with STRIPE_SECRET_KEY, " +
+				"or PAYORCH_ENVIRONMENT=development or test if this deployment is not production")
+		case cc.URL != "":
+			return fmt.Errorf("%s is set and PAYORCH_ENVIRONMENT is production: the fake provider is for development and tests; "+
+				"unset %[1]s, or set PAYORCH_ENVIRONMENT=development or test", cc.varOf(settingURL))
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 
 	"github.com/payorch/payorch/internal/pgcluster"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
 )
 
 // demoKeys is what `dev` keeps in DataDir/demo-keys.json between runs.
@@ -32,9 +35,9 @@ const devDatabase = "payorch"
 
 // cmdDev runs the whole product locally: an embedded PostgreSQL under
 // DataDir (unless DATABASE_URL is set), migrations, a demo tenant with one
-// key per role, the embedded fake provider with its state in
-// DataDir/fake-provider.json (unless PAYORCH_FAKE_URL or PAYORCH_FAKE_STATE
-// say otherwise), and the API on cfg.Listen.
+// key per role, the connectors (devConnectors: by default two embedded
+// fakes, fake_a and fake_b, each with its state in
+// DataDir/fake-provider-<name>.json), and the API on cfg.Listen.
 func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := newFlagSet("dev")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on")
@@ -44,17 +47,21 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	cfg = devConnectors(cfg, dataDir)
+	if err := cfg.validate(); err != nil {
+		return err
+	}
 	logger := newLogger(cfg)
 	tel, err := startTelemetry(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer tel.stop()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return err
-	}
-	dataDir, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return err
 	}
 
@@ -98,19 +105,85 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	cfg.AutoMigrate = false // done above
-	if cfg.FakeState == "" {
-		// The embedded fake keeps its holds next to the database, so the
-		// payments of an earlier run can still be captured, refunded,
-		// looked up and reconciled.
-		cfg.FakeState = filepath.Join(dataDir, "fake-provider.json")
-	}
 	scheme := "http://"
 	if cfg.TLSCert != "" {
 		scheme = "https://"
 	}
-	return serveAPI(ctx, cfg, pool, backoffice, logger, tel, func(addr string) {
+	return serveAPI(ctx, cfg, pool, backoffice, logger, tel, func(addr string, provs map[string]providers.Provider) {
 		printDevBanner(stdout, scheme+addr, dbURL, keys)
+		printDevConnectors(stdout, cfg, provs)
 	})
+}
+
+// devConnectors returns cfg with the connectors `dev` runs. With
+// PAYORCH_CONNECTORS and PAYORCH_FAKE_URL unset, those are two embedded
+// fakes, fake_a (the default provider, unless PAYORCH_DEFAULT_PROVIDER
+// names another connector) and fake_b, so that routing and failover can
+// be tried at once, and stripe when it is configured; a data folder of an
+// earlier version, whose fake-provider.json holds payments of the single
+// fake, keeps that fake too, as the disabled connector fake, so that they
+// can still be captured, refunded and reconciled. Every embedded fake
+// keeps its holds next to the database, in DataDir/fake-provider-<name>.json
+// unless its _STATE says otherwise, so the payments of an earlier run can
+// still be captured, refunded, looked up and reconciled.
+func devConnectors(cfg config, dataDir string) config {
+	conns := slices.Clone(cfg.Connectors)
+	if i := slices.IndexFunc(conns, func(cc connectorConfig) bool { return cc.implicit }); i >= 0 && conns[i].URL == "" {
+		single := conns[i]
+		conns = slices.Concat(conns[:i], cfg.DevConnectors, conns[i+1:])
+		if single.State == "" {
+			single.State = filepath.Join(dataDir, "fake-provider.json")
+		}
+		if _, err := os.Stat(single.State); err == nil {
+			single.Disabled = true
+			conns = append(conns, single)
+		}
+		if cfg.DefaultProvider == single.Name {
+			cfg.DefaultProvider = cfg.DevConnectors[0].Name
+		}
+	}
+	for i, cc := range conns {
+		if cc.Adapter == adapterFake && cc.URL == "" && cc.State == "" {
+			conns[i].State = filepath.Join(dataDir, "fake-provider-"+cc.Name+".json")
+		}
+	}
+	cfg.Connectors = conns
+	return cfg
+}
+
+// printDevConnectors lists the connectors `dev` runs, the embedded fakes
+// with their URL, and how to arm a fault on the default one when its
+// token is known (PAYORCH_CONNECTOR_<NAME>_TOKEN).
+func printDevConnectors(w io.Writer, cfg config, provs map[string]providers.Provider) {
+	fmt.Fprintf(w, "connectors (default %s):\n", cfg.DefaultProvider)
+	for _, cc := range cfg.activeConnectors() {
+		where := ""
+		if fc, ok := provs[cc.Name].(*fake.Client); ok {
+			where = fc.BaseURL()
+		}
+		state := ""
+		if cc.Disabled {
+			state = " (disabled)"
+		}
+		fmt.Fprintf(w, "  %-12s %-7s %s%s\n", cc.Name, cc.Adapter, where, state)
+	}
+	def, _ := cfg.connector(cfg.DefaultProvider)
+	fc, ok := provs[def.Name].(*fake.Client)
+	switch {
+	case !ok:
+		fmt.Fprintln(w)
+		return
+	case def.Token == "":
+		fmt.Fprintf(w, "  (set %s to drive %s's admin API: faults, operations)\n\n", def.varOf(settingToken), def.Name)
+		return
+	}
+	fmt.Fprintf(w, `
+  # make %[1]s refuse authorizations before executing them (a failover case);
+  # DELETE the same URL to clear it
+  curl -s -X POST %[2]s/_admin/faults -H "Authorization: Bearer $%[3]s" \
+    -H 'Content-Type: application/json' -d '{"operation":"authorize","fault":"error_before_execute"}'
+
+`, def.Name, fc.BaseURL(), def.varOf(settingToken))
 }
 
 // startDevCluster starts (initialising on first run) the cluster under

@@ -36,7 +36,7 @@ Usage:
   payorch apikeys create --role ROLE [--tenant N] [--description D] [--json]
   payorch apikeys list [--tenant N] [--json]
   payorch apikeys revoke KEY_ID [--json]
-  payorch reconcile [--provider P] [--date YYYY-MM-DD] [--json]
+  payorch reconcile [--provider CONNECTOR] [--date YYYY-MM-DD] [--json]
                                                    reconcile one business day now
   payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
   payorch fakeprovider [--listen ADDR] [--admin-token T] [--hold-lifetime D] [--state FILE]

@@ -244,17 +244,29 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("the printed merchant key does not work: %d", res.StatusCode)
 	}
-	// A payment authorized now is captured in the second run: the
-	// embedded fake keeps its holds in the data folder too.
-	st, b := call(t, "POST", base+"/v1/payments", merchant, "dev-keep-1", `{"amount_minor":1050,"currency":"EUR"}`)
-	if st != 201 {
-		t.Fatalf("authorize: %d %s", st, b)
+	// Payments authorized now on each of dev's two embedded fakes, fake_a
+	// (the default) and fake_b, are captured in the second run: each fake
+	// keeps its holds in the data folder too, in its own file.
+	type payment struct {
+		ID       string `json:"id"`
+		Provider string `json:"provider"`
 	}
-	var paid struct {
-		ID string `json:"id"`
+	var paid []payment
+	for i, tc := range []struct{ body, want string }{
+		{`{"amount_minor":1050,"currency":"EUR"}`, "fake_a"},
+		{`{"amount_minor":1060,"currency":"EUR","provider":"fake_b"}`, "fake_b"},
+	} {
+		st, b := call(t, "POST", base+"/v1/payments", merchant, "dev-keep-"+strconv.Itoa(i), tc.body)
+		var p payment
+		if st != 201 || json.Unmarshal(b, &p) != nil || p.ID == "" || p.Provider != tc.want {
+			t.Fatalf("authorize %s: %d %s, want 201 on %s", tc.body, st, b, tc.want)
+		}
+		paid = append(paid, p)
 	}
-	if err := json.Unmarshal(b, &paid); err != nil || paid.ID == "" {
-		t.Fatalf("authorize answered %s (%v)", b, err)
+	for _, name := range []string{"fake-provider-fake_a.json", "fake-provider-fake_b.json"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("no state file %s: %v", name, err)
+		}
 	}
 	pidFile := dir + "/pgdata/postmaster.pid"
 	if _, err := os.Stat(pidFile); err != nil {
@@ -282,12 +294,14 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("the kept key no longer works: %d", res.StatusCode)
 	}
-	st, b = call(t, "POST", base2+"/v1/payments/"+paid.ID+"/capture", merchant2, "dev-keep-1-capture", "")
-	var captured struct {
-		Status string `json:"status"`
-	}
-	if st != 200 || json.Unmarshal(b, &captured) != nil || captured.Status != "captured" {
-		t.Fatalf("capturing the first run's payment in the second run: %d %s", st, b)
+	for _, p := range paid {
+		st, b := call(t, "POST", base2+"/v1/payments/"+p.ID+"/capture", merchant2, p.ID+"-capture", "")
+		var captured struct {
+			Status string `json:"status"`
+		}
+		if st != 200 || json.Unmarshal(b, &captured) != nil || captured.Status != "captured" {
+			t.Fatalf("capturing the first run's payment on %s in the second run: %d %s", p.Provider, st, b)
+		}
 	}
 	if err := stop2(); err != nil {
 		t.Fatal(err)

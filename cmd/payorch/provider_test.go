@@ -219,3 +219,69 @@ func TestFakeProviderCommandNeedsAToken(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRunsTheListedConnectors: PAYORCH_CONNECTORS makes serve run each
+// listed connector, the standalone fake at its URL and each embedded fake
+// its own server; payments name connectors and record the one that holds
+// them; a disabled connector takes no new payment; the breaker settings
+// reach each connector's breaker (one failed call opens it).
+func TestServeRunsTheListedConnectors(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, pgtest.URL(t))
+	srv := startServe(t, map[string]string{"DATABASE_URL": w.dbURL, "PAYORCH_RESOLVER_INTERVAL": "0", "PAYORCH_RECONCILE_SCHEDULE": "off",
+		"PAYORCH_CONNECTORS":           "fake_a=fake,fake_b=fake,fake_c=fake",
+		"PAYORCH_CONNECTOR_FAKE_A_URL": w.fake.URL(), "PAYORCH_CONNECTOR_FAKE_A_TOKEN": w.fake.Token(),
+		"PAYORCH_CONNECTOR_FAKE_C_DISABLED": "true",
+		"PAYORCH_BREAKER_MIN_CALLS":         "1", "PAYORCH_BREAKER_ERROR_PERCENT": "50", "PAYORCH_BREAKER_COOLDOWN": "1h"})
+	provider := func(a answer) string {
+		var p struct {
+			Provider string `json:"provider"`
+		}
+		_ = json.Unmarshal(a.body, &p)
+		return p.Provider
+	}
+	if a := authorize(srv.base, w.key, "conn-default", `{"amount_minor":500,"currency":"EUR"}`); a.status != 201 || provider(a) != "fake_a" {
+		t.Fatalf("authorize on the default connector: %d %s, want 201 on fake_a", a.status, a.body)
+	}
+	if a := authorize(srv.base, w.key, "conn-b", `{"amount_minor":600,"currency":"EUR","provider":"fake_b"}`); a.status != 201 || provider(a) != "fake_b" {
+		t.Fatalf("authorize naming fake_b: %d %s, want 201 on fake_b", a.status, a.body)
+	}
+	ops, err := w.fc.Operations(context.Background(), "")
+	if err != nil || len(ops) != 1 || ops[0].AmountMinor != 500 {
+		t.Fatalf("the standalone fake (fake_a) executed %+v (%v), want the one authorization of 500", ops, err)
+	}
+	for _, name := range []string{"fake_c", "fake"} {
+		a := authorize(srv.base, w.key, "conn-"+name, `{"amount_minor":700,"currency":"EUR","provider":"`+name+`"}`)
+		if a.status != 400 || !strings.Contains(string(a.body), `"param":"provider"`) {
+			t.Errorf("authorize naming %s: %d %s, want 400 naming provider", name, a.status, a.body)
+		}
+	}
+	urls := map[string]string{}
+	for _, line := range strings.Split(srv.logs.String(), "\n") {
+		var rec struct{ Msg, Connector, URL string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "embedded fake provider" {
+			urls[rec.Connector] = rec.URL
+		}
+	}
+	if len(urls) != 2 || urls["fake_b"] == "" || urls["fake_c"] == "" || urls["fake_b"] == urls["fake_c"] {
+		t.Fatalf("embedded fakes %v, want fake_b and fake_c, each its own", urls)
+	}
+
+	// One call fake_a does not execute opens its breaker (MIN_CALLS 1).
+	if err := w.fc.InjectFault(context.Background(), fake.Fault{Operation: fake.OpAuthorize, Kind: fake.FaultErrorBeforeExecute}); err != nil {
+		t.Fatal(err)
+	}
+	if a := authorize(srv.base, w.key, "conn-fails", `{"amount_minor":800,"currency":"EUR"}`); a.status < 500 {
+		t.Fatalf("authorize on the failing fake_a: %d %s, want a 5xx", a.status, a.body)
+	}
+	st, b := call(t, "GET", srv.base+"/metrics", "", "", "")
+	if st != 200 {
+		t.Fatalf("metrics %d", st)
+	}
+	samples := parseExposition(t, string(b))
+	for name, want := range map[string]float64{"fake_a": 2, "fake_b": 0, "fake_c": 0} {
+		if v, ok := value(samples, "payorch_connector_breaker_state", map[string]string{"connector": name}); !ok || v != want {
+			t.Errorf("breaker of %s: %v (exported %v), want %v", name, v, ok, want)
+		}
+	}
+}

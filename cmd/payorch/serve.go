@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,10 +60,11 @@ func openBackofficePool(ctx context.Context, cfg config, url string, tel *teleme
 }
 
 // serveAPI loads the TLS certificate (if any), migrates (unless told not
-// to), listens on cfg.Listen, calls ready (if set) with the bound address,
-// and serves until ctx is done. Payments, background services and health
+// to), listens on cfg.Listen, calls ready (if set) with the bound address
+// and the connectors' providers, and serves until ctx is done. Payments, background services and health
 // use pool; reconciliation and finance use backoffice.
-func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, logger *slog.Logger, tel *telemetry, ready func(addr string)) error {
+func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, logger *slog.Logger, tel *telemetry,
+	ready func(addr string, provs map[string]providers.Provider)) error {
 	tlsConfig, err := loadTLS(cfg)
 	if err != nil {
 		return err
@@ -190,7 +191,7 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
 		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
-		ready(l.Addr().String())
+		ready(l.Addr().String(), provs)
 	}
 	if err := srv.Serve(ctx, l); err != nil {
 		return err
@@ -222,6 +223,9 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		Logger:          logger,
 		Providers:       provs,
 		DefaultProvider: cfg.DefaultProvider,
+		Connectors:      cfg.connectorOptions(),
+		MaxAttempts:     cfg.MaxAttempts,
+		Breaker:         cfg.Breaker,
 		ProviderTimeout: cfg.ProviderTimeout,
 		Lease:           cfg.IdempotencyLease,
 		KeyTTL:          cfg.IdempotencyTTL,
@@ -238,8 +242,8 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	if cfg.FakeURL == "" && cfg.Environment != envProduction {
-		return errors.New("resolve: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
+	if err := cfg.needStandaloneFakes("resolve"); err != nil {
+		return err
 	}
 	o, err := openOneShot(ctx, cfg)
 	if err != nil {
@@ -279,14 +283,14 @@ func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs ma
 
 func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := newFlagSet("reconcile")
-	provider := fs.String("provider", cfg.DefaultProvider, "provider to reconcile")
+	provider := fs.String("provider", cfg.DefaultProvider, "connector to reconcile")
 	date := fs.String("date", "", "business date YYYY-MM-DD (default: yesterday)")
 	asJSON := fs.Bool("json", false, "print the run as JSON")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	if cfg.FakeURL == "" && *provider == "fake" {
-		return errors.New("reconcile: set PAYORCH_FAKE_URL to the fake provider the payments were made with")
+	if err := cfg.needStandaloneFakes("reconcile", *provider); err != nil {
+		return err
 	}
 	o, err := openOneShot(ctx, cfg)
 	if err != nil {
@@ -314,6 +318,20 @@ func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writ
 		if n := run.CategoryCounts[c]; n > 0 {
 			fmt.Fprintf(stdout, "  %-24s %d\n", c, n)
 		}
+	}
+	return nil
+}
+
+// needStandaloneFakes checks that each fake connector a one-shot command
+// works with (those named, or every active one when none is) has a URL:
+// a fake embedded in the command would start empty, knowing none of the
+// payments it is asked about.
+func (c config) needStandaloneFakes(cmd string, names ...string) error {
+	for _, cc := range c.activeConnectors() {
+		if cc.Adapter != adapterFake || cc.URL != "" || (len(names) > 0 && !slices.Contains(names, cc.Name)) {
+			continue
+		}
+		return fmt.Errorf("%s: set %s to the fake provider connector %s's payments were made with", cmd, cc.varOf(settingURL), cc.Name)
 	}
 	return nil
 }

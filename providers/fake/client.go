@@ -57,6 +57,9 @@ func (c *Client) WithToken(token string) *Client {
 	return &cc
 }
 
+// BaseURL returns the base URL of the fake provider c talks to.
+func (c *Client) BaseURL() string { return c.base }
+
 // Name returns "fake".
 func (c *Client) Name() string { return "fake" }
 

@@ -9,11 +9,17 @@ import (
 )
 
 // Stripe's test payment methods the fake understands, each with the decline
-// code it produces ("" approves).
+// code it produces ("" approves). The last three decline with the codes
+// that say the issuer or the processor could not decide now, not that the
+// card is bad (soft declines, after which payorch may try another
+// connector: orchestrator.DefaultSoftDeclines).
 var paymentMethods = map[string]string{
 	"pm_card_visa":                            "",
 	"pm_card_chargeDeclined":                  providers.CodeCardDeclined,
 	"pm_card_chargeDeclinedInsufficientFunds": providers.CodeInsufficientFunds,
+	"pm_card_chargeDeclinedProcessingError":   "processing_error",
+	"pm_card_issuerUnavailable":               "issuer_unavailable",
+	"pm_card_tryAgainLater":                   "try_again_later",
 }
 
 // defaultPaymentMethod is used when a request names none.

@@ -128,3 +128,38 @@ func TestRefundWithoutAmountRefundsTheRest(t *testing.T) {
 		t.Errorf("hold %s refunded %d, want refunded 800", got.Status, got.RefundedMinor)
 	}
 }
+
+// TestPaymentMethodsDeclineWithTheirCode: each of Stripe's test payment
+// methods the fake knows declines with its code, soft declines included
+// (the codes payorch fails over on): a 402 classified as KindDeclined with
+// the code, a declined hold that keeps it, and one operation logged with
+// it as its outcome.
+func TestPaymentMethodsDeclineWithTheirCode(t *testing.T) {
+	t.Parallel()
+	_, c := start(t, fake.Config{})
+	for pm, code := range map[string]string{
+		"pm_card_chargeDeclined":                  providers.CodeCardDeclined,
+		"pm_card_chargeDeclinedInsufficientFunds": providers.CodeInsufficientFunds,
+		"pm_card_chargeDeclinedProcessingError":   "processing_error",
+		"pm_card_issuerUnavailable":               "issuer_unavailable",
+		"pm_card_tryAgainLater":                   "try_again_later",
+	} {
+		t.Run(pm, func(t *testing.T) {
+			t.Parallel()
+			req := authReq(t, 1500)
+			req.PaymentMethod = pm
+			h, err := c.Authorize(t.Context(), req)
+			wantKind(t, err, providers.KindDeclined, code)
+			if h.Status != providers.StatusDeclined || h.DeclineCode != code || h.Ref == "" {
+				t.Fatalf("declined hold %+v, want status declined with decline code %s", h, code)
+			}
+			got, err := c.Lookup(t.Context(), h.Ref)
+			if err != nil || got.Status != providers.StatusDeclined || got.DeclineCode != code {
+				t.Fatalf("lookup %+v (%v), want declined with %s", got, err, code)
+			}
+			if ops := operations(t, c, req.Key); len(ops) != 1 || ops[0].Outcome != code {
+				t.Fatalf("log %+v, want one authorize with outcome %s", ops, code)
+			}
+		})
+	}
+}
