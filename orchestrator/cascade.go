@@ -28,6 +28,11 @@ package orchestrator
 //     dispatched only, forever). A declined call is the key's one
 //     execution (the provider answers the same key with the same result),
 //     so a soft decline needs no count: no call with that key holds money.
+//     A reference the connector gave before refusing to confirm (Stripe
+//     creates a PaymentIntent, then confirms it) names an object holding
+//     no money, which no call will ever confirm once the payment moved on
+//     (only the current attempt's key is sent); reconciliation expects it
+//     (reconcile/attempts.go).
 //   - The check and the switch to the next attempt are one transaction
 //     holding the payment's row lock, which dispatchSQL and the settling
 //     statements take too (always the payment's row first, then the
@@ -161,7 +166,7 @@ func (s *Service) failOverCandidate(c *Claim, p Payment, hold providers.Hold, ca
 	switch {
 	case soft:
 		reason = code
-	case notExecuted(callErr) && p.ProviderRef == nil:
+	case notExecuted(callErr):
 		reason = providers.CodeOf(callErr)
 		if reason == "" {
 			reason = "not_executed"
@@ -295,18 +300,17 @@ func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, h
 		var cur struct {
 			Status      Status
 			Attempt     int
-			HasRef      bool
 			Dispatched  int
 			NotExecuted int
 		}
 		const lockSQL = `
-			SELECT p.status, p.attempt, p.provider_ref IS NOT NULL, a.dispatched, a.not_executed
+			SELECT p.status, p.attempt, a.dispatched, a.not_executed
 			FROM payments p
 			JOIN payment_attempts a ON a.tenant_id = p.tenant_id AND a.payment_id = p.id AND a.attempt = p.attempt
 			WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 			FOR UPDATE OF p`
 		err := tx.QueryRow(ctx, lockSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID}).
-			Scan(&cur.Status, &cur.Attempt, &cur.HasRef, &cur.Dispatched, &cur.NotExecuted)
+			Scan(&cur.Status, &cur.Attempt, &cur.Dispatched, &cur.NotExecuted)
 		if err != nil {
 			return err
 		}
@@ -315,7 +319,7 @@ func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, h
 			"outcome": attemptOutcome(hold, callErr), "code": attemptCode(hold, callErr), "not_executed": notExecuted(callErr),
 		})
 		safe := cur.Status == StatusPending && cur.Attempt == p.Attempt &&
-			(soft || (!cur.HasRef && cur.Dispatched == cur.NotExecuted+1))
+			(soft || cur.Dispatched == cur.NotExecuted+1)
 		if !safe {
 			_, err := tx.Exec(ctx, recordAttemptCallSQL, args)
 			return err

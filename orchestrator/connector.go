@@ -23,7 +23,7 @@ type ConnectorOptions struct {
 // DefaultSoftDeclines are the decline codes, Stripe's, that say the
 // connector or the issuer could not decide now, not that the card is bad:
 // another connector may approve the same card.
-var DefaultSoftDeclines = []string{"processing_error", "issuer_unavailable", "try_again_later"}
+var DefaultSoftDeclines = []string{"processing_error", "issuer_not_available", "try_again_later"}
 
 // DefaultMaxAttempts bounds the attempts of one payment across connectors.
 const DefaultMaxAttempts = 3

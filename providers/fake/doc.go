@@ -77,7 +77,7 @@
 // insufficient_funds. Three decline with the codes of a soft decline (the
 // issuer or the processor could not decide now):
 // pm_card_chargeDeclinedProcessingError with processing_error,
-// pm_card_issuerUnavailable with issuer_unavailable and
+// pm_card_issuerUnavailable with issuer_not_available and
 // pm_card_tryAgainLater with try_again_later. A decline still creates a
 // hold in status declined.
 // Any other payment method is a 400 invalid_request.

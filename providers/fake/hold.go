@@ -18,7 +18,7 @@ var paymentMethods = map[string]string{
 	"pm_card_chargeDeclined":                  providers.CodeCardDeclined,
 	"pm_card_chargeDeclinedInsufficientFunds": providers.CodeInsufficientFunds,
 	"pm_card_chargeDeclinedProcessingError":   "processing_error",
-	"pm_card_issuerUnavailable":               "issuer_unavailable",
+	"pm_card_issuerUnavailable":               "issuer_not_available",
 	"pm_card_tryAgainLater":                   "try_again_later",
 }
 
