@@ -162,10 +162,10 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	if !created {
 		// Resumed: an earlier execution got as far as creating it, perhaps
 		// further (resolvePayment picks up from where it stopped).
-		return s.resolvePayment(ctx, c, p.Payment)
+		return s.resolvePayment(ctx, c, p.Payment, true)
 	}
 	// createPaymentSQL counted this first call of the first attempt.
-	return s.authorizeAtProvider(ctx, c, p.Payment, true)
+	return s.authorizeAtProvider(ctx, c, p.Payment, true, true)
 }
 
 // The pgbench script of the hot path (testdata/bench/authorize_hot_path.sql)
@@ -239,9 +239,9 @@ const saveReferenceSQL = `
 // connector of its route while that is safe (cascade.go), and records the
 // answer. counted says the call about to be made is counted already (by
 // the statement that started the attempt); otherwise it is counted first
-// (dispatch). Used by requests (c set) and the resolver (c nil, which
-// never fails over).
-func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, counted bool) (Outcome, error) {
+// (dispatch). Used by requests (byRequest) and the resolver, which never
+// fails over: it settles an unknown outcome where the money may be.
+func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, counted, byRequest bool) (Outcome, error) {
 	for {
 		if !counted {
 			ok, err := s.dispatch(ctx, p)
@@ -250,11 +250,11 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 			}
 			if !ok {
 				// Settled, or moved to another attempt, meanwhile.
-				return s.resumeMoved(ctx, c, p)
+				return s.resumeMoved(ctx, c, p, byRequest)
 			}
 		}
 		hold, call, callErr := s.callAuthorize(ctx, &p)
-		next, reason, ok := s.failOverCandidate(c, p, hold, callErr)
+		next, reason, ok := s.failOverCandidate(byRequest, p, hold, callErr)
 		if !ok {
 			return s.settleAuthorize(ctx, c, p, hold, callErr, &call)
 		}
@@ -274,7 +274,7 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 // resumeMoved continues a request or resolver pass whose payment p was
 // settled or moved to another attempt by another execution: from the
 // payment as it is now.
-func (s *Service) resumeMoved(ctx context.Context, c *Claim, p Payment) (Outcome, error) {
+func (s *Service) resumeMoved(ctx context.Context, c *Claim, p Payment, byRequest bool) (Outcome, error) {
 	cur, err := s.readPayment(ctx, p.TenantID, p.ID)
 	if err != nil {
 		return Outcome{}, internalf("read payment %s: %w", p.ID, err)
@@ -282,7 +282,7 @@ func (s *Service) resumeMoved(ctx context.Context, c *Claim, p Payment) (Outcome
 	if cur.Status != StatusPending || cur.Attempt == p.Attempt {
 		return authorizeResult(cur)
 	}
-	return s.resolvePayment(ctx, c, cur)
+	return s.resolvePayment(ctx, c, cur, byRequest)
 }
 
 // callAuthorize makes one authorization call for p's current attempt: at

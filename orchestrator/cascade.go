@@ -155,11 +155,11 @@ func (s *Service) nextConnector(p Payment) string {
 }
 
 // failOverCandidate says whether the answer of p's current attempt may
-// send the request on to the next connector, and which: a request's (c
-// not nil; the resolver never fails over) call that certainly did not
+// send the request on to the next connector, and which: a request's
+// (byRequest; the resolver never fails over) call that certainly did not
 // execute, or a soft decline. The count check is failOver's.
-func (s *Service) failOverCandidate(c *Claim, p Payment, hold providers.Hold, callErr error) (next, reason string, ok bool) {
-	if c == nil {
+func (s *Service) failOverCandidate(byRequest bool, p Payment, hold providers.Hold, callErr error) (next, reason string, ok bool) {
+	if !byRequest {
 		return "", "", false
 	}
 	code, soft := s.softDecline(p.Provider, hold, callErr)

@@ -34,7 +34,7 @@ func (s *Service) ResolvePending(ctx context.Context, olderThan time.Duration, l
 	}
 	for _, p := range payments {
 		st.Examined++
-		out, err := s.resolvePayment(ctx, nil, p)
+		out, err := s.resolvePayment(ctx, nil, p, false)
 		switch {
 		case err != nil && ErrorCode(err) == CodeInternal:
 			st.Errors++
@@ -123,8 +123,9 @@ func pickPending[T any](ctx context.Context, s *Service, table, sql string, scan
 
 // resolvePayment settles one pending payment: by lookup when its reference
 // is known, else by retrying the authorization with its forwarded key. c is
-// the claim of the request resuming it, or nil for the resolver.
-func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outcome, error) {
+// the claim of the request resuming it (nil: none is kept). byRequest is
+// false for the resolver, which never fails over (authorizeAtProvider).
+func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment, byRequest bool) (Outcome, error) {
 	ctx = WithLogAttrs(ctx, slog.String("payment_id", p.ID), slog.Int64("tenant_id", p.TenantID))
 	prov := s.providers[p.Provider]
 	if prov == nil {
@@ -132,7 +133,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 	}
 	fwd := attemptKey(p)
 	if p.ProviderRef == nil {
-		return s.authorizeAtProvider(ctx, c, p, false)
+		return s.authorizeAtProvider(ctx, c, p, false, byRequest)
 	}
 	var hold providers.Hold
 	err := s.callProvider(ctx, p, "lookup", fwd, func(ctx context.Context) error {
@@ -144,7 +145,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 		if providers.KindOf(err) == providers.KindRejected && providers.CodeOf(err) == providers.CodeNotFound {
 			// The provider never finished creating it: the retry with the
 			// same key creates it (once) or replays what it did.
-			return s.authorizeAtProvider(ctx, c, p, false)
+			return s.authorizeAtProvider(ctx, c, p, false, byRequest)
 		}
 		return Outcome{Payment: p, Pending: true}, nil
 	}
@@ -160,7 +161,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment) (Outc
 	}
 	// Not final at the provider yet (e.g. created, not confirmed): retry
 	// the authorization with the same key.
-	return s.authorizeAtProvider(ctx, c, p, false)
+	return s.authorizeAtProvider(ctx, c, p, false, byRequest)
 }
 
 // resolveOperation retries a pending capture, cancel or refund with its
