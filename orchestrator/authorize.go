@@ -69,16 +69,23 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if _, err := ValidateCurrency(in.Currency); err != nil {
 		return err
 	}
-	if in.Provider == "" {
-		in.Provider = s.defaultProvider
-	}
-	if _, ok := s.providers[in.Provider]; !ok {
-		return ParamError("provider", "provider %q is not configured", in.Provider)
-	}
 	if in.PaymentMethod == "" {
 		in.PaymentMethod = DefaultPaymentMethod
 	}
-	if err := s.checkPaymentMethod(in.Provider, in.PaymentMethod); err != nil {
+	// Provider stays empty unless the request names one: a named
+	// connector pins the payment to it; otherwise routing decides
+	// (routeFor), among connectors whose adapter takes the method.
+	if in.Provider != "" {
+		if _, ok := s.providers[in.Provider]; !ok {
+			return ParamError("provider", "provider %q is not configured", in.Provider)
+		}
+		if s.connectors[in.Provider].Disabled {
+			return ParamError("provider", "provider %q is disabled", in.Provider)
+		}
+		if err := s.checkPaymentMethod(in.Provider, in.PaymentMethod); err != nil {
+			return err
+		}
+	} else if err := s.paymentMethodAccepted(in.PaymentMethod); err != nil {
 		return err
 	}
 	if !ValidText(in.Description) {
@@ -121,11 +128,10 @@ type Outcome struct {
 // Errors: validation_failed, idempotency_key_reused, payment_declined (with
 // the failed payment in the Outcome), provider_unavailable, internal.
 func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (Outcome, error) {
-	pinned := in.Provider != ""
 	if err := in.Validate(s); err != nil {
 		return Outcome{}, err
 	}
-	version, route, err := s.routeFor(ctx, in, pinned)
+	version, route, err := s.routeFor(ctx, in)
 	if err != nil {
 		return Outcome{}, err
 	}

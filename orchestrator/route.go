@@ -10,11 +10,8 @@ import (
 // named (pinned: that one only, no failover), or else the connectors the
 // tenant's routing rules choose, enabled ones only. version is the
 // routing version that decided, nil when none did.
-func (s *Service) routeFor(ctx context.Context, in AuthorizeInput, pinned bool) (version *int, route []string, err error) {
-	if pinned {
-		if s.connectors[in.Provider].Disabled {
-			return nil, nil, ParamError("provider", "provider %q is disabled", in.Provider)
-		}
+func (s *Service) routeFor(ctx context.Context, in AuthorizeInput) (version *int, route []string, err error) {
+	if in.Provider != "" {
 		return nil, []string{in.Provider}, nil
 	}
 	rv, err := s.routingFor(ctx, in.TenantID)

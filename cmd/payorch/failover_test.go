@@ -89,6 +89,15 @@ func TestFailoverStormOverThreeServeProcesses(t *testing.T) {
 			}
 		}
 		if final.status != 201 {
+			// The payment's attempts, for the failure's reader.
+			rows, _ := w.pool.Query(ctx, `SELECT a.attempt || ' ' || a.connector || ' ' || a.dispatched || '/' || a.not_executed || ' ' || coalesce(a.outcome, '-') || ' route ' || array_to_string(p.route, ',') || ' rv ' || coalesce(p.routing_version::text, 'none')
+				FROM payment_attempts a JOIN payments p ON p.id = a.payment_id WHERE p.idempotency_key = $1`, key)
+			for rows.Next() {
+				var s string
+				_ = rows.Scan(&s)
+				t.Log(s)
+			}
+			rows.Close()
 			t.Fatalf("%s: final retry %d %s", key, final.status, final.body)
 		}
 		for _, a := range answers[k] {
