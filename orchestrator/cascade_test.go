@@ -203,6 +203,25 @@ func TestCascade(t *testing.T) {
 		}
 	})
 
+	t.Run("DefaultSoftDeclinesTryTheNextConnector", func(t *testing.T) {
+		t.Parallel()
+		e := shared.newTenant(t)
+		e.routeVia(t, "fake_a", "fake_c")
+		// try_again_later is in the default table (fake_a's and fake_c's):
+		// fake_a's decline moves the payment on; fake_c, the route's end,
+		// declines too, and that is the answer.
+		for _, pm := range []string{"pm_card_tryAgainLater", "pm_card_chargeDeclinedProcessingError", "pm_card_issuerUnavailable"} {
+			key := "f4-" + pm
+			a := e.authorize(t, key, `{"amount_minor":1500,"currency":"EUR","payment_method":"`+pm+`"}`)
+			wantRefusal(t, a.err, orchestrator.CodePaymentDeclined, "")
+			p := a.out.Payment
+			if p.Provider != "fake_c" || p.Attempt != 2 {
+				t.Fatalf("%s: %+v", pm, p)
+			}
+			e.wantAttempts(t, p.ID, "1 fake_a declined", "2 fake_c declined")
+		}
+	})
+
 	t.Run("AttemptsAreCapped", func(t *testing.T) {
 		t.Parallel()
 		w := newConnectorWorld(t, 0, func(c *orchestrator.Config) { c.MaxAttempts = 2 }, "fake_a", "fake_b", "fake_c")
