@@ -139,7 +139,7 @@ func newBenchWorld(b *testing.B, dbURL string) *benchWorld {
 }
 
 // service is a Service on a new pool of 20 connections (payorch serve's
-// default); done closes the pool and waits until its backends are gone,
+// default), with its caches' listener running; done stops it, closes the pool and waits until its backends are gone,
 // which flushes their statistics.
 func (w *benchWorld) service(b *testing.B) (*orchestrator.Service, func()) {
 	b.Helper()
@@ -156,7 +156,11 @@ func (w *benchWorld) service(b *testing.B) (*orchestrator.Service, func()) {
 		Pool: pool, Providers: map[string]providers.Provider{"fake": w.fake}, DefaultProvider: "fake",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
+	// As payorch serve runs it (PAYORCH_API_KEY_CACHE, the default): the
+	// tenant's routing is read from memory, not the database, once cached.
+	stop := svc.StartKeyCache(context.Background())
 	return svc, func() {
+		stop()
 		pool.Close()
 		w.waitBackendsGone(b)
 	}
