@@ -258,7 +258,7 @@ type hostileEnv struct {
 func (h *hostileEnv) snapshot(t *testing.T) string {
 	t.Helper()
 	var parts []string
-	for _, table := range []string{"payments", "payment_operations", "payment_events", "payment_attempts", "idempotency_keys",
+	for _, table := range []string{"payments", "payment_operations", "payment_events", "payment_attempts", "events", "idempotency_keys",
 		"routing_versions", "reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants"} {
 		parts = append(parts, fmt.Sprintf(`SELECT '%[1]s', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %[1]s t`, table))
 	}
@@ -311,6 +311,8 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /v1/payments/:id":          {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /v1/payments/:id/events":   {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /v1/payments/:id/attempts": {roles: as(support), path: map[string]string{"id": authorized.ID}},
+		"GET /v1/events":                {roles: as(support), query: []string{"tenant_id", "type", "payment_id", "limit", "starting_after"}},
+		"GET /v1/events/:id":            {roles: as(support), path: map[string]string{"id": "evt_00000000000000000000000000000000"}},
 		"POST /v1/reconciliation/runs": {roles: as(finance),
 			body:   map[string]string{"provider": `"fake"`, "date": `"` + today + `"`},
 			fields: map[string]kind{"provider": token, "date": token}},

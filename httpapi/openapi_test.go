@@ -383,6 +383,19 @@ func TestOpenAPIContract(t *testing.T) {
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + other.ID + "/events", apiKey: support})
 		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/events?payment_id=" + pay.ID, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		evs := decode[struct {
+			Data []struct {
+				ID   string `json:"id"`
+				Type string `json:"type"`
+			} `json:"data"`
+		}](t, b)
+		if n := len(evs.Data); n < 2 || evs.Data[n-1].Type != "payment.pending" || evs.Data[n-2].Type != "payment.authorized" {
+			t.Fatalf("events of the payment, newest first: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: "/v1/events/" + evs.Data[0].ID, apiKey: support})
+		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/" + pay.ID + "/attempts", apiKey: merchant})
 		wantStatus(t, res, b, 200)
 		if got := decode[struct {

@@ -199,6 +199,8 @@ func (s *Server) routes() {
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
+	v1.GET("/events", s.listEvents, readers)
+	v1.GET("/events/:id", s.getEvent, readers)
 
 	if s.rec != nil {
 		finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)

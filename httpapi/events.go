@@ -1,0 +1,59 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payorch/payorch/orchestrator"
+)
+
+// Events for merchants (issue #15): the outbox's events, read through the
+// API. Delivery to webhook endpoints comes in the next slice.
+
+// listEvents: GET /v1/events, newest first, cursor-paginated.
+func (s *Server) listEvents(c echo.Context) error {
+	pr := principal(c)
+	sc := orchestrator.ScopeOf(pr)
+	q := c.QueryParams()
+	if raw := q.Get("tenant_id"); raw != "" {
+		if pr.Role == orchestrator.RoleMerchant {
+			return orchestrator.ParamError("tenant_id", "a merchant key reads its own tenant only; omit tenant_id")
+		}
+		id, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || id <= 0 {
+			return orchestrator.ParamError("tenant_id", "tenant_id must be a positive integer")
+		}
+		sc.TenantID = id
+	}
+	f := orchestrator.EventFilter{Type: q.Get("type")}
+	if v := q.Get("payment_id"); v != "" {
+		if !validID(v) {
+			return orchestrator.ParamError("payment_id", "payment_id must be a payment id")
+		}
+		f.PaymentID = v
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return orchestrator.ParamError("limit", "limit must be 1 to 100")
+		}
+		f.Limit = n
+	}
+	f.StartingAfter = q.Get("starting_after")
+	evs, more, err := s.svc.ListEvents(c.Request().Context(), sc, f)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(evs, more))
+}
+
+// getEvent: GET /v1/events/{id}.
+func (s *Server) getEvent(c echo.Context) error {
+	ev, err := s.svc.GetEvent(c.Request().Context(), orchestrator.ScopeOf(principal(c)), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ev)
+}

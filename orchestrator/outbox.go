@@ -1,0 +1,125 @@
+package orchestrator
+
+// Events for merchants (issue #15): the outbox. Each state change of a
+// payment and each new attempt writes one event in the same transaction as
+// the change (migration 00009's trigger on payment_events), so an event
+// exists exactly when its change committed. This file reads them; the
+// delivery worker, endpoints and signatures come next.
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// WebhookEvent is one event of the outbox: what happened to a payment,
+// with the payment as the change left it.
+type WebhookEvent struct {
+	ID        string `json:"id" db:"id"`
+	Object    string `json:"object" db:"-"`
+	TenantID  int64  `json:"tenant_id" db:"tenant_id"`
+	Type      string `json:"type" db:"type"`
+	PaymentID string `json:"payment_id" db:"payment_id"`
+	// Sequence numbers the payment's events from 1, in the order of its
+	// changes: a receiver that sees 3 after 5 keeps 5.
+	Sequence int `json:"sequence" db:"sequence"`
+	// Data is the payment as the change left it (a Payment's JSON).
+	Data      json.RawMessage `json:"data" db:"object"`
+	CreatedAt time.Time       `json:"created_at" db:"created_at"`
+}
+
+// EventTypes are the types of events, one per payment state and one per
+// new attempt.
+var EventTypes = func() []string {
+	out := make([]string, 0, len(Statuses)+1)
+	for _, st := range Statuses {
+		out = append(out, "payment."+string(st))
+	}
+	return append(out, "payment.attempt_started")
+}()
+
+// EventFilter selects a page of events, newest first.
+type EventFilter struct {
+	Type          string
+	PaymentID     string
+	Limit         int
+	StartingAfter string
+}
+
+// eventIDRE is the shape of an event id (evt_ and 32 hex digits).
+var eventIDRE = regexp.MustCompile(`^evt_[0-9a-f]{32}$`)
+
+// eventColumns is what every statement reading events returns.
+const eventColumns = `id, tenant_id, type, payment_id, sequence, object, created_at`
+
+// GetEvent returns one event visible in scope. Errors: not_found.
+func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEvent, error) {
+	if !eventIDRE.MatchString(id) {
+		return WebhookEvent{}, Errorf(CodeNotFound, "no event %q", id)
+	}
+	const q = `SELECT ` + eventColumns + ` FROM events WHERE id = @id AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)`
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID})
+	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[WebhookEvent])
+	if isNoRows(err) {
+		return WebhookEvent{}, Errorf(CodeNotFound, "no event %q", id)
+	}
+	if err != nil {
+		return WebhookEvent{}, internalf("read event: %w", err)
+	}
+	ev.Object = "event"
+	return ev, nil
+}
+
+// ListEvents returns a page of the events visible in scope, newest first,
+// and whether more follow. Errors: validation_failed (type, payment_id,
+// limit, starting_after).
+func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]WebhookEvent, bool, error) {
+	if f.Limit == 0 {
+		f.Limit = 10
+	}
+	if f.Limit < 1 || f.Limit > 100 {
+		return nil, false, ParamError("limit", "limit must be 1 to 100")
+	}
+	if f.Type != "" && !slices.Contains(EventTypes, f.Type) {
+		return nil, false, ParamError("type", "type must be one of %s", strings.Join(EventTypes, ", "))
+	}
+	var cursorAt *time.Time
+	cursorID := ""
+	if f.StartingAfter != "" {
+		c, err := s.GetEvent(ctx, sc, f.StartingAfter)
+		if ErrorCode(err) == CodeNotFound {
+			return nil, false, ParamError("starting_after", "starting_after names no event of yours")
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		cursorAt, cursorID = &c.CreatedAt, c.ID
+	}
+	const q = `
+		SELECT ` + eventColumns + ` FROM events
+		WHERE (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+		  AND (@type::text = '' OR type = @type)
+		  AND (@payment_id::text = '' OR payment_id = @payment_id)
+		  AND (@cursor_at::timestamptz IS NULL OR (created_at, id) < (@cursor_at, @cursor_id::text))
+		ORDER BY created_at DESC, id DESC
+		LIMIT @limit`
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "type": f.Type, "payment_id": f.PaymentID,
+		"cursor_at": cursorAt, "cursor_id": cursorID, "limit": f.Limit + 1})
+	evs, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookEvent])
+	if err != nil {
+		return nil, false, internalf("list events: %w", err)
+	}
+	more := len(evs) > f.Limit
+	if more {
+		evs = evs[:f.Limit]
+	}
+	for i := range evs {
+		evs[i].Object = "event"
+	}
+	return evs, more, nil
+}
