@@ -20,10 +20,9 @@ import (
 // connection LISTENs on payorch_routing for the routing cache
 // (routingcache.go), which is on and off with this one.
 //
-// A generation counter closes the race between a request that read a key
-// and a revocation that commits (and is heard) before the request caches
-// what it read: every invalidation advances the generation, and an entry is
-// only stored if the generation is the one read before the database read.
+// The generation protocol of listenedCache (listenedcache.go) closes the
+// race between a request that read a key and a revocation that commits (and
+// is heard) before the request caches what it read.
 const (
 	keyCacheChannel = "payorch_api_keys"
 	// keyCacheMaxEntries bounds the cache; past it an arbitrary entry goes.
@@ -48,25 +47,16 @@ type cachedKey struct {
 	// lastUsed is the key's last_used_at as this instance knows it; zero
 	// when never used.
 	lastUsed time.Time
-	// added is when the entry was stored, on the cache's clock.
-	added time.Time
 }
 
-// keyCache is a bounded map of valid keys guarded by a generation counter.
-// It is off (empty, refusing entries) until enabled.
+// keyCache maps key ids to valid keys. It is off (empty, refusing
+// entries) until enabled.
 type keyCache struct {
-	maxEntries int
-	maxAge     time.Duration
-	now        func() time.Time // for maxAge; time.Now
-
-	mu      sync.Mutex
-	enabled bool
-	gen     uint64
-	entries map[string]*cachedKey
+	*listenedCache[string, cachedKey]
 }
 
 func newKeyCache(maxEntries int, maxAge time.Duration) *keyCache {
-	return &keyCache{maxEntries: maxEntries, maxAge: maxAge, now: time.Now, entries: make(map[string]*cachedKey)}
+	return &keyCache{newListenedCache[string, cachedKey](maxEntries, maxAge)}
 }
 
 // lastUsedDue reports whether a key last used at lastUsed (zero: never) is
@@ -80,87 +70,18 @@ func lastUsedDue(lastUsed, now time.Time) bool {
 // now and touch is true: the caller writes it (so one request a minute per
 // key does, not every concurrent one).
 func (c *keyCache) lookup(id string, now time.Time) (e cachedKey, touch, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.enabled {
-		return cachedKey{}, false, false
-	}
-	p := c.entries[id]
-	if p == nil {
-		return cachedKey{}, false, false
-	}
-	if c.now().Sub(p.added) >= c.maxAge {
-		delete(c.entries, id)
-		return cachedKey{}, false, false
-	}
-	if lastUsedDue(p.lastUsed, now) {
-		p.lastUsed, touch = now, true
-	}
-	return *p, touch, true
-}
-
-// generation returns the current generation, to be read before the
-// database read whose result is then offered to put.
-func (c *keyCache) generation() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen
-}
-
-// put stores e under id if the cache is on and nothing was invalidated
-// since gen was read; it reports whether it did.
-func (c *keyCache) put(gen uint64, id string, e cachedKey) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.enabled || gen != c.gen {
-		return false
-	}
-	if _, ok := c.entries[id]; !ok && len(c.entries) >= c.maxEntries {
-		for old := range c.entries { // map order: an arbitrary victim
-			delete(c.entries, old)
-			break
+	e, ok = c.lookupFunc(id, func(p *cachedKey) {
+		if lastUsedDue(p.lastUsed, now) {
+			p.lastUsed, touch = now, true
 		}
-	}
-	e.added = c.now()
-	c.entries[id] = &e
-	return true
+	})
+	return e, touch, ok
 }
 
 // invalidate drops id ("" drops every entry) and advances the generation,
 // so no read that began before it is cached after it.
 func (c *keyCache) invalidate(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen++
-	if id == "" {
-		clear(c.entries)
-		return
-	}
-	delete(c.entries, id)
-}
-
-// setEnabled turns the cache on or off; either way it is emptied and the
-// generation advances.
-func (c *keyCache) setEnabled(on bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gen++
-	clear(c.entries)
-	c.enabled = on
-}
-
-// isEnabled reports whether the cache is on (its listener is healthy).
-func (c *keyCache) isEnabled() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.enabled
-}
-
-// len returns the number of entries.
-func (c *keyCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
+	c.listenedCache.invalidate(id, id == "")
 }
 
 // StartKeyCache turns on the in-process API key cache and routing cache: a
