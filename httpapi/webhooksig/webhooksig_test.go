@@ -120,6 +120,7 @@ func TestVerifyRefuses(t *testing.T) {
 		{name: "WrongSecret", header: good, secret: "whsec_other", now: vectorTime, want: webhooksig.ErrNoValidSignature},
 		{name: "SecretWithoutItsPrefix", header: good, secret: "test", now: vectorTime, want: webhooksig.ErrNoValidSignature},
 		{name: "EmptySecret", header: good, secret: "", now: vectorTime, want: webhooksig.ErrNoValidSignature},
+		{name: "EmptySecretSignedWithTheEmptyKey", header: webhooksig.Sign([]string{""}, vectorTime, body), secret: "", now: vectorTime, want: webhooksig.ErrNoValidSignature},
 		{name: "TimestampChanged", header: "t=1700000001,v1=" + vectorSig, secret: vectorSecret, now: vectorTime, want: webhooksig.ErrNoValidSignature},
 		{name: "OnlyV0Matches", header: "t=1700000000,v0=" + vectorSig + ",v1=" + zeroSig, secret: vectorSecret, now: vectorTime, want: webhooksig.ErrNoValidSignature},
 		{name: "RotationNeitherSecret", header: good + ",v1=" + vectorOldSig, secret: "whsec_third", now: vectorTime, want: webhooksig.ErrNoValidSignature},
