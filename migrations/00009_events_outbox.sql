@@ -1,12 +1,14 @@
--- Events for merchants (issue #15), first slice: the outbox.
+-- Events for merchants (issue #15): the outbox, webhook endpoints and their
+-- deliveries.
 --
 -- Every state change of a payment, and every new attempt of one, writes
 -- one row of events in the same transaction as the change: the trigger
 -- below fires on the payment_events row that records the change, which
 -- every statement changing a payment's state writes. So no event is
 -- written for a change that rolled back, and none is missing for one that
--- committed; delivery (the next slice) reads the events from here, at
--- least once.
+-- committed. The same trigger writes a delivery for each of the tenant's
+-- enabled endpoints that wants the event's type, and the delivery workers
+-- send them from there, at least once.
 --
 -- sequence numbers a payment's events from 1 in the order of its changes.
 -- Every writer of a state change (and of a new attempt) holds the payment's
@@ -20,26 +22,100 @@
 -- +goose Up
 CREATE TABLE events (
     id         text        NOT NULL,
-    tenant_id  bigint      NOT NULL,
+    -- NULL for staff events (none yet: reconciliation runs come later).
+    tenant_id  bigint,
     type       text        NOT NULL,
-    payment_id text        NOT NULL,
-    sequence   integer     NOT NULL,
+    -- payment_id and sequence are set for the events of a payment, NULL
+    -- for the others (an endpoint disabled).
+    payment_id text,
+    sequence   integer,
     object     jsonb       NOT NULL,
     created_at timestamptz NOT NULL,
     CONSTRAINT events_pkey PRIMARY KEY (id),
+    CONSTRAINT events_tenant_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id),
     CONSTRAINT events_payment_fkey FOREIGN KEY (tenant_id, payment_id) REFERENCES payments (tenant_id, id),
     CONSTRAINT events_sequence_key UNIQUE (tenant_id, payment_id, sequence),
-    CONSTRAINT events_sequence_check CHECK (sequence > 0)
+    CONSTRAINT events_sequence_check CHECK (sequence > 0 AND payment_id IS NOT NULL OR sequence IS NULL AND payment_id IS NULL)
 );
 
 -- The events API lists a tenant's events newest first.
 CREATE INDEX events_tenant_created_idx ON events (tenant_id, created_at DESC, id DESC);
 
+-- A tenant's webhook endpoints: where its events are delivered. secret
+-- signs every delivery (httpapi/webhooksig); after a rotation the previous
+-- one keeps signing too until previous_secret_until. A deleted endpoint
+-- keeps its row (its deliveries' history) and receives nothing more.
+CREATE TABLE webhook_endpoints (
+    id                    text        NOT NULL,
+    tenant_id             bigint      NOT NULL,
+    url                   text        NOT NULL,
+    -- The event types it receives; '{*}' is every type.
+    event_types           text[]      NOT NULL,
+    description           text        NOT NULL DEFAULT '',
+    enabled               boolean     NOT NULL DEFAULT true,
+    -- Why it was disabled (by its owner, or after failing for 3 days).
+    disabled_reason       text,
+    secret                text        NOT NULL,
+    previous_secret       text,
+    previous_secret_until timestamptz,
+    -- Since when every delivery to it has failed; NULL while it answers.
+    failing_since         timestamptz,
+    created_by            text        NOT NULL,
+    created_at            timestamptz NOT NULL,
+    updated_at            timestamptz NOT NULL,
+    deleted_at            timestamptz,
+    CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (id),
+    CONSTRAINT webhook_endpoints_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id),
+    CONSTRAINT webhook_endpoints_event_types_check CHECK (cardinality(event_types) > 0)
+);
+
+CREATE INDEX webhook_endpoints_tenant_idx ON webhook_endpoints (tenant_id) WHERE enabled AND deleted_at IS NULL;
+
+-- One row per (event, endpoint) to deliver, written with the event (the
+-- trigger below), so an event committed is an event to deliver. The
+-- delivery worker of every instance takes due rows with FOR UPDATE SKIP
+-- LOCKED: one delivery of an event to an endpoint at a time.
+CREATE TABLE webhook_deliveries (
+    event_id        text        NOT NULL,
+    endpoint_id     text        NOT NULL,
+    -- pending: to be sent at next_attempt_at; delivered: answered 2xx;
+    -- failed: given up (3 days of failures, or the endpoint deleted).
+    status          text        NOT NULL DEFAULT 'pending',
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    delivered_at    timestamptz,
+    created_at      timestamptz NOT NULL,
+    CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (event_id, endpoint_id),
+    CONSTRAINT webhook_deliveries_event_fkey FOREIGN KEY (event_id) REFERENCES events (id),
+    CONSTRAINT webhook_deliveries_endpoint_fkey FOREIGN KEY (endpoint_id) REFERENCES webhook_endpoints (id),
+    CONSTRAINT webhook_deliveries_status_check CHECK (status IN ('pending', 'delivered', 'failed'))
+);
+
+CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+
+-- Every attempt of a delivery: when, how long, what came back (the status,
+-- or the error, and the answer's first 1 KiB).
+CREATE TABLE webhook_delivery_attempts (
+    event_id         text             NOT NULL,
+    endpoint_id      text             NOT NULL,
+    attempt          integer          NOT NULL,
+    started_at       timestamptz      NOT NULL,
+    latency_ms       double precision NOT NULL,
+    status_code      integer,
+    error            text,
+    response_excerpt text,
+    CONSTRAINT webhook_delivery_attempts_pkey PRIMARY KEY (event_id, endpoint_id, attempt),
+    CONSTRAINT webhook_delivery_attempts_delivery_fkey FOREIGN KEY (event_id, endpoint_id)
+        REFERENCES webhook_deliveries (event_id, endpoint_id)
+);
+
 -- +goose StatementBegin
 CREATE FUNCTION payment_events_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    next_seq integer;
-    snapshot jsonb;
+    next_seq   integer;
+    snapshot   jsonb;
+    event_id   text;
+    event_type text;
 BEGIN
     SELECT coalesce(max(sequence), 0) + 1 INTO next_seq
     FROM events WHERE tenant_id = NEW.tenant_id AND payment_id = NEW.payment_id;
@@ -55,10 +131,15 @@ BEGIN
         'routing_version', p.routing_version, 'attempt', p.attempt)
     INTO snapshot
     FROM payments p WHERE p.tenant_id = NEW.tenant_id AND p.id = NEW.payment_id;
+    event_id := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+    event_type := CASE NEW.type WHEN 'attempt_started' THEN 'payment.attempt_started' ELSE 'payment.' || NEW.to_status END;
     INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
-    VALUES ('evt_' || replace(gen_random_uuid()::text, '-', ''), NEW.tenant_id,
-        CASE NEW.type WHEN 'attempt_started' THEN 'payment.attempt_started' ELSE 'payment.' || NEW.to_status END,
-        NEW.payment_id, next_seq, snapshot, NEW.created_at);
+    VALUES (event_id, NEW.tenant_id, event_type, NEW.payment_id, next_seq, snapshot, NEW.created_at);
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
+    SELECT event_id, e.id, NEW.created_at, NEW.created_at
+    FROM webhook_endpoints e
+    WHERE e.tenant_id = NEW.tenant_id AND e.enabled AND e.deleted_at IS NULL
+        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
     RETURN NULL;
 END
 $$;
@@ -72,4 +153,7 @@ CREATE TRIGGER payment_events_outbox
 -- +goose Down
 DROP TRIGGER payment_events_outbox ON payment_events;
 DROP FUNCTION payment_events_outbox();
+DROP TABLE webhook_delivery_attempts;
+DROP TABLE webhook_deliveries;
+DROP TABLE webhook_endpoints;
 DROP TABLE events;

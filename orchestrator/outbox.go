@@ -24,23 +24,26 @@ type WebhookEvent struct {
 	Object    string `json:"object" db:"-"`
 	TenantID  int64  `json:"tenant_id" db:"tenant_id"`
 	Type      string `json:"type" db:"type"`
-	PaymentID string `json:"payment_id" db:"payment_id"`
+	// PaymentID and Sequence are set for a payment's events (payment.…),
+	// nil for others (webhook_endpoint.disabled).
+	PaymentID *string `json:"payment_id" db:"payment_id"`
 	// Sequence numbers the payment's events from 1, in the order of its
 	// changes: a receiver that sees 3 after 5 keeps 5.
-	Sequence int `json:"sequence" db:"sequence"`
-	// Data is the payment as the change left it (a Payment's JSON).
+	Sequence *int `json:"sequence" db:"sequence"`
+	// Data is the object as the change left it: the payment (a Payment's
+	// JSON), or the endpoint.
 	Data      json.RawMessage `json:"data" db:"object"`
 	CreatedAt time.Time       `json:"created_at" db:"created_at"`
 }
 
-// EventTypes are the types of events, one per payment state and one per
-// new attempt.
+// EventTypes are the types of events: one per payment state, one per new
+// attempt, and an endpoint disabled after failing for 3 days.
 var EventTypes = func() []string {
 	out := make([]string, 0, len(Statuses)+1)
 	for _, st := range Statuses {
 		out = append(out, "payment."+string(st))
 	}
-	return append(out, "payment.attempt_started")
+	return append(out, "payment.attempt_started", "webhook_endpoint.disabled")
 }()
 
 // EventFilter selects a page of events, newest first.
@@ -62,7 +65,8 @@ func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEve
 	if !eventIDRE.MatchString(id) {
 		return WebhookEvent{}, Errorf(CodeNotFound, "no event %q", id)
 	}
-	const q = `SELECT ` + eventColumns + ` FROM events WHERE id = @id AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)`
+	const q = `SELECT ` + eventColumns + ` FROM events
+		WHERE id = @id AND tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)`
 	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID})
 	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[WebhookEvent])
 	if isNoRows(err) {
@@ -102,7 +106,7 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 	}
 	const q = `
 		SELECT ` + eventColumns + ` FROM events
-		WHERE (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+		WHERE tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
 		  AND (@type::text = '' OR type = @type)
 		  AND (@payment_id::text = '' OR payment_id = @payment_id)
 		  AND (@cursor_at::timestamptz IS NULL OR (created_at, id) < (@cursor_at, @cursor_id::text))

@@ -20,7 +20,7 @@ func (e *moneyEnv) events(t *testing.T, id string) []orchestrator.WebhookEvent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(evs, func(a, b orchestrator.WebhookEvent) int { return a.Sequence - b.Sequence })
+	slices.SortFunc(evs, func(a, b orchestrator.WebhookEvent) int { return *a.Sequence - *b.Sequence })
 	return evs
 }
 
@@ -43,8 +43,8 @@ func TestOutbox(t *testing.T) {
 		evs := e.events(t, p.ID)
 		var got []string
 		for i, ev := range evs {
-			got = append(got, fmt.Sprintf("%d %s", ev.Sequence, ev.Type))
-			if ev.Sequence != i+1 || ev.TenantID != e.tenant || ev.PaymentID != p.ID || ev.Object != "event" {
+			got = append(got, fmt.Sprintf("%d %s", *ev.Sequence, ev.Type))
+			if *ev.Sequence != i+1 || ev.TenantID != e.tenant || *ev.PaymentID != p.ID || ev.Object != "event" {
 				t.Fatalf("event %d: %+v", i, ev)
 			}
 			var snap orchestrator.Payment
