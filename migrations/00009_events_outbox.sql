@@ -42,7 +42,7 @@ CREATE TABLE events (
 CREATE INDEX events_tenant_created_idx ON events (tenant_id, created_at DESC, id DESC);
 
 -- A tenant's webhook endpoints: where its events are delivered. secret
--- signs every delivery (httpapi/webhooksig); after a rotation the previous
+-- signs every delivery (orchestrator/webhooksig); after a rotation the previous
 -- one keeps signing too until previous_secret_until. A deleted endpoint
 -- keeps its row (its deliveries' history) and receives nothing more.
 CREATE TABLE webhook_endpoints (

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payorch/payorch/httpapi/webhooksig"
+	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
 // The test vector: fixed secrets, time and body, with the signatures

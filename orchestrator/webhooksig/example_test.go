@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/payorch/payorch/httpapi/webhooksig"
+	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
 // A merchant's webhook handler: read the raw body (bounded), verify it
