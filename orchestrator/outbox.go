@@ -20,10 +20,10 @@ import (
 // WebhookEvent is one event of the outbox: what happened to a payment,
 // with the payment as the change left it.
 type WebhookEvent struct {
-	ID        string `json:"id" db:"id"`
-	Object    string `json:"object" db:"-"`
-	TenantID  int64  `json:"tenant_id" db:"tenant_id"`
-	Type      string `json:"type" db:"type"`
+	ID       string `json:"id" db:"id"`
+	Object   string `json:"object" db:"-"`
+	TenantID int64  `json:"tenant_id" db:"tenant_id"`
+	Type     string `json:"type" db:"type"`
 	// PaymentID and Sequence are set for a payment's events (payment.…),
 	// nil for others (webhook_endpoint.disabled).
 	PaymentID *string `json:"payment_id" db:"payment_id"`

@@ -175,28 +175,41 @@ func (s *Service) resolveOperation(ctx context.Context, op operation) (Outcome, 
 	return s.operationAtProvider(ctx, nil, p, op)
 }
 
-// PendingStats describes what is still pending, for metrics and alerts.
+// PendingStats describes what is still pending, for metrics and alerts:
+// payments and operations awaiting a provider's answer, and webhook
+// deliveries awaiting their endpoint (an enabled one: a disabled
+// endpoint's deliveries wait for it to be enabled again).
 type PendingStats struct {
-	Payments   int
-	Operations int
-	OldestAge  time.Duration
+	Payments          int
+	Operations        int
+	OldestAge         time.Duration
+	Deliveries        int
+	OldestDeliveryAge time.Duration
 }
 
-// Pending counts pending payments and operations and the age of the oldest.
+// Pending counts pending payments, operations and webhook deliveries, and
+// the age of the oldest.
 func (s *Service) Pending(ctx context.Context) (PendingStats, error) {
 	var st PendingStats
-	var oldest *time.Time
+	var oldest, oldestDelivery *time.Time
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM payments WHERE status = 'pending'),
 		       (SELECT count(*) FROM payment_operations WHERE status = 'pending'),
 		       least((SELECT min(created_at) FROM payments WHERE status = 'pending'),
-		             (SELECT min(created_at) FROM payment_operations WHERE status = 'pending'))`).
-		Scan(&st.Payments, &st.Operations, &oldest)
+		             (SELECT min(created_at) FROM payment_operations WHERE status = 'pending')),
+		       d.n, d.oldest
+		FROM (SELECT count(*) AS n, min(d.created_at) AS oldest
+		      FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id
+		      WHERE d.status = 'pending' AND w.enabled AND w.deleted_at IS NULL) d`).
+		Scan(&st.Payments, &st.Operations, &oldest, &st.Deliveries, &oldestDelivery)
 	if err != nil {
 		return st, internalf("pending stats: %w", err)
 	}
 	if oldest != nil {
 		st.OldestAge = s.now().Sub(*oldest)
+	}
+	if oldestDelivery != nil {
+		st.OldestDeliveryAge = s.now().Sub(*oldestDelivery)
 	}
 	return st, nil
 }

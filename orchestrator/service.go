@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +50,10 @@ type Config struct {
 	MaxAttempts int
 	// Breaker tunes the connectors' health breakers (breaker.go).
 	Breaker BreakerConfig
+	// WebhookAllowPrivate lets webhook endpoints be http and reach
+	// private, loopback and link-local addresses
+	// (PAYORCH_WEBHOOK_ALLOW_PRIVATE: development and tests).
+	WebhookAllowPrivate bool
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -81,10 +86,13 @@ type Service struct {
 	connectors      map[string]ConnectorOptions
 	maxAttempts     int
 	breakers        map[string]*breaker
-	providerTimeout time.Duration
-	lease           time.Duration
-	keyTTL          time.Duration
-	tel             *telemetry
+	// webhookClient sends webhook deliveries (newWebhookClient).
+	webhookClient       *http.Client
+	webhookAllowPrivate bool
+	providerTimeout     time.Duration
+	lease               time.Duration
+	keyTTL              time.Duration
+	tel                 *telemetry
 	// replays holds completed keys for replays; nil when off.
 	replays *replayCache
 
@@ -110,6 +118,8 @@ func NewService(cfg Config) *Service {
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts
 	}
+	s.webhookAllowPrivate = cfg.WebhookAllowPrivate
+	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {
 		s.breakers[name] = newBreaker(cfg.Breaker.withDefaults())

@@ -50,11 +50,14 @@ type telemetry struct {
 	takeovers    metric.Int64Counter
 	purged       metric.Int64Counter
 	failovers    metric.Int64Counter
+	deliveries   metric.Int64Counter
 	breakerState metric.Int64ObservableGauge
 
 	pendingPayments   metric.Int64ObservableGauge
 	pendingOperations metric.Int64ObservableGauge
 	pendingOldest     metric.Float64ObservableGauge
+	webhookBacklog    metric.Int64ObservableGauge
+	webhookOldest     metric.Float64ObservableGauge
 
 	pending otelx.Reading[PendingStats]
 }
@@ -65,7 +68,7 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 	t := &telemetry{pending: otelx.Reading[PendingStats]{Every: pendingCacheFor, Timeout: pendingQueryTimeout, Read: s.Pending}}
 	var m metric.Meter
 	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
-	var errs [10]error
+	var errs [13]error
 	t.providerCall, errs[0] = m.Float64Histogram("payorch.provider_call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of provider calls by provider, operation and outcome (ok, declined, rejected, not_executed, unknown)."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -89,6 +92,12 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 		}
 		return nil
 	}, t.breakerState)
+	t.deliveries, errs[10] = m.Int64Counter("payorch.webhook.deliveries", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Webhook delivery attempts by outcome: delivered (2xx), failed (to be retried), gave_up (retried for 3 days)."))
+	t.webhookBacklog, errs[11] = m.Int64ObservableGauge("payorch.webhook.undelivered", metric.WithUnit("{delivery}"),
+		metric.WithDescription("Webhook deliveries not yet delivered nor given up (whole database)."))
+	t.webhookOldest, errs[12] = m.Float64ObservableGauge("payorch.webhook.oldest_undelivered_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest webhook delivery not yet delivered nor given up; 0 when none."))
 	if s.pool != nil {
 		_, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 			st, ok := s.pendingCached(ctx)
@@ -96,15 +105,22 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 				o.ObserveInt64(t.pendingPayments, int64(st.Payments))
 				o.ObserveInt64(t.pendingOperations, int64(st.Operations))
 				o.ObserveFloat64(t.pendingOldest, st.OldestAge.Seconds())
+				o.ObserveInt64(t.webhookBacklog, int64(st.Deliveries))
+				o.ObserveFloat64(t.webhookOldest, st.OldestDeliveryAge.Seconds())
 			}
 			return nil
-		}, t.pendingPayments, t.pendingOperations, t.pendingOldest)
+		}, t.pendingPayments, t.pendingOperations, t.pendingOldest, t.webhookBacklog, t.webhookOldest)
 	}
 	return t, errors.Join(errs[:]...)
 }
 
 // breakerGauge is the value of the breaker-state gauge of each state.
 var breakerGauge = map[BreakerState]int64{BreakerClosed: 0, BreakerHalfOpen: 1, BreakerOpen: 2}
+
+// delivered counts one webhook delivery attempt by outcome.
+func (t *telemetry) delivered(outcome string) {
+	t.deliveries.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}
 
 // failedOver counts a payment moved from one connector to the next.
 func (t *telemetry) failedOver(ctx context.Context, from, to, reason string) {

@@ -155,6 +155,17 @@ type config struct {
 	// ResolverMinAge (PAYORCH_RESOLVER_MIN_AGE) is how long a payment must
 	// have been pending before the resolver touches it.
 	ResolverMinAge time.Duration
+	// WebhookInterval (PAYORCH_WEBHOOK_INTERVAL) is how often `serve`
+	// looks for due webhook deliveries when the last pass found none (a
+	// full pass is followed by the next at once); 0 turns the delivery
+	// worker off.
+	WebhookInterval time.Duration
+	// WebhookAllowPrivate (PAYORCH_WEBHOOK_ALLOW_PRIVATE) lets webhook
+	// endpoints use http and reach private, loopback and link-local
+	// addresses; `dev` allows them unless set to false.
+	WebhookAllowPrivate bool
+	// webhookAllowPrivateSet says PAYORCH_WEBHOOK_ALLOW_PRIVATE was set.
+	webhookAllowPrivateSet bool
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
 	// idempotency keys are purged; 0 turns the sweeper off.
 	SweepInterval time.Duration
@@ -205,6 +216,7 @@ func defaultConfig() config {
 		ResolverInterval: 30 * time.Second,
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
+		WebhookInterval:  time.Second,
 
 		MaxAttempts: orchestrator.DefaultMaxAttempts,
 		Breaker:     orchestrator.DefaultBreaker,
@@ -295,6 +307,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_RESOLVER_INTERVAL", &c.ResolverInterval)
 	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
+	dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
+	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
+	c.webhookAllowPrivateSet = getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
 	str("PAYORCH_ENVIRONMENT", &c.Environment)
 	str("PAYORCH_FAKE_URL", &c.FakeURL)
 	str("PAYORCH_FAKE_TOKEN", &c.FakeToken)
@@ -366,6 +381,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_IDEMPOTENCY_TTL: must be positive and at most 72h")
 	case c.IdempotencyLease < 2*c.ProviderTimeout:
 		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
+	case c.WebhookInterval < 0:
+		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
 	case c.StripeTimeout <= 0:

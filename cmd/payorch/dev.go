@@ -52,6 +52,9 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	cfg = devConnectors(cfg, dataDir)
+	if !cfg.webhookAllowPrivateSet {
+		cfg.WebhookAllowPrivate = true // receivers on this machine, for trying webhooks
+	}
 	if err := cfg.validate(); err != nil {
 		return err
 	}

@@ -129,6 +129,22 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				return err
 			}))
 	}
+	if cfg.WebhookInterval > 0 {
+		workers = append(workers, orchestrator.NewWorker("webhooks", cfg.WebhookInterval, 2*orchestrator.WebhookTimeout+time.Minute, logger,
+			func(ctx context.Context) error {
+				// Passes follow each other at once while they find work,
+				// for up to 30 s (a pass takes at most one send timeout
+				// and its writes, well within the run's timeout: a pass
+				// cut short is rolled back and its deliveries sent again).
+				for start := time.Now(); time.Since(start) < 30*time.Second; {
+					st, err := svc.DeliverWebhooks(ctx)
+					if err != nil || st.Sent == 0 {
+						return err
+					}
+				}
+				return nil
+			}))
+	}
 	if cfg.SweepInterval > 0 {
 		workers = append(workers, orchestrator.NewWorker("key-sweeper", cfg.SweepInterval, time.Minute, logger,
 			func(ctx context.Context) error {
@@ -218,20 +234,21 @@ func loadTLS(cfg config) (*tls.Config, error) {
 func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry,
 	schemaVersions func(context.Context) (current, target int64, err error)) *orchestrator.Service {
 	return orchestrator.NewService(orchestrator.Config{
-		Pool:            pool,
-		SchemaVersions:  schemaVersions,
-		Logger:          logger,
-		Providers:       provs,
-		DefaultProvider: cfg.DefaultProvider,
-		Connectors:      cfg.connectorOptions(),
-		MaxAttempts:     cfg.MaxAttempts,
-		Breaker:         cfg.Breaker,
-		ProviderTimeout: cfg.ProviderTimeout,
-		Lease:           cfg.IdempotencyLease,
-		KeyTTL:          cfg.IdempotencyTTL,
-		ReplayCache:     cfg.ReplayCache,
-		TracerProvider:  tel.tracerProvider,
-		MeterProvider:   tel.meterProvider,
+		Pool:                pool,
+		SchemaVersions:      schemaVersions,
+		Logger:              logger,
+		Providers:           provs,
+		DefaultProvider:     cfg.DefaultProvider,
+		Connectors:          cfg.connectorOptions(),
+		MaxAttempts:         cfg.MaxAttempts,
+		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+		Breaker:             cfg.Breaker,
+		ProviderTimeout:     cfg.ProviderTimeout,
+		Lease:               cfg.IdempotencyLease,
+		KeyTTL:              cfg.IdempotencyTTL,
+		ReplayCache:         cfg.ReplayCache,
+		TracerProvider:      tel.tracerProvider,
+		MeterProvider:       tel.meterProvider,
 	})
 }
 

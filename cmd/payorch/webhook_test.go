@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/orchestrator/webhooksig"
+)
+
+// TestWebhooksSurviveACrashBeforeTheSend: an instance commits payments
+// (and so their events and deliveries) and dies by SIGKILL before it sends
+// anything (its delivery worker is off); another instance, started after,
+// delivers every event, signed.
+func TestWebhooksSurviveACrashBeforeTheSend(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, pgtest.URL(t))
+	var mu sync.Mutex
+	got := map[string]int{}
+	const secret = "whsec_crash"
+	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if webhooksig.Verify(r.Header.Get(webhooksig.Header), body, secret, 0, time.Now()) != nil {
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got[r.Header.Get(webhooksig.EventIDHeader)]++
+		mu.Unlock()
+	}))
+	t.Cleanup(rcv.Close)
+	if _, err := w.pool.Exec(context.Background(), `
+		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret, created_by, created_at, updated_at)
+		VALUES ('we_crash', $1, $2, '{*}', $3, 'test', now(), now())`, w.tenant, rcv.URL, secret); err != nil {
+		t.Fatal(err)
+	}
+
+	first := startServe(t, w.env(map[string]string{"PAYORCH_WEBHOOK_INTERVAL": "0"}))
+	for _, key := range []string{"wh-1", "wh-2", "wh-3"} {
+		if a := authorize(first.base, w.key, key, `{"amount_minor":500,"currency":"EUR"}`); a.status != 201 {
+			t.Fatalf("authorize %s: %d %s", key, a.status, a.body)
+		}
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = first.cmd.Process.Wait()
+	events := w.count(t, `SELECT count(*) FROM events`)
+	if events != 6 || len(got) != 0 {
+		t.Fatalf("before the restart: %d events, %d delivered", events, len(got))
+	}
+
+	startServe(t, w.env(map[string]string{"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true", "PAYORCH_WEBHOOK_INTERVAL": "100ms"}))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == events {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events delivered after the restart", n, events)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`); n != events {
+		t.Fatalf("%d deliveries recorded delivered, want %d", n, events)
+	}
+}
