@@ -187,10 +187,20 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 	w := newWorld(t, pgtest.URL(t))
 	ctx := context.Background()
 	proxy := newProviderProxy(t, w.fake.URL())
+	// A webhook endpoint on loopback, so deliveries happen (and their
+	// metrics exist).
+	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hooks.Close)
+	if _, err := w.pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret, created_by, created_at, updated_at)
+		VALUES ('we_obs', $1, $2, '{*}', 'whsec_obs', 'test', now(), now())`, w.tenant, hooks.URL); err != nil {
+		t.Fatal(err)
+	}
 	srv := startServe(t, w.env(map[string]string{
-		"PAYORCH_FAKE_URL":           proxy.URL,
-		"PAYORCH_PROVIDER_TIMEOUT":   "1s",
-		"PAYORCH_KEY_SWEEP_INTERVAL": "100ms",
+		"PAYORCH_FAKE_URL":              proxy.URL,
+		"PAYORCH_PROVIDER_TIMEOUT":      "1s",
+		"PAYORCH_KEY_SWEEP_INTERVAL":    "100ms",
+		"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true",
+		"PAYORCH_WEBHOOK_INTERVAL":      "100ms",
 	}))
 	_, finance, err := orchestrator.NewService(orchestrator.Config{Pool: w.pool}).CreateAPIKey(ctx, orchestrator.RoleFinance, 0, "")
 	if err != nil {
@@ -280,7 +290,8 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 		t.Fatalf("run %s", b)
 	}
 
-	// Scrape until the sweeper's purge and the run's gauges show.
+	// Scrape until the sweeper's purge, the run's gauges and the webhook
+	// deliveries show.
 	var samples []sample
 	var exposition string
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -290,11 +301,12 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 		samples = parseExposition(t, exposition)
 		_, purged := value(samples, "payorch_idempotency_keys_purged_total", nil)
 		_, gauged := value(samples, "payorch_reconciliation_discrepancies", map[string]string{"category": "amount_mismatch"})
-		if purged && gauged {
+		_, hooked := value(samples, "payorch_webhook_deliveries_total", map[string]string{"outcome": "delivered"})
+		if purged && gauged && hooked {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("purge or reconciliation gauges never exported:\n%s", exposition)
+			t.Fatalf("purge, reconciliation gauges or webhook deliveries never exported:\n%s", exposition)
 		}
 	}
 
