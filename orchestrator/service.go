@@ -68,6 +68,10 @@ type Config struct {
 	// lease takeovers, purged keys and the pending gauges (computed from
 	// the database when collected). Nil means no metrics.
 	MeterProvider metric.MeterProvider
+	// WebhookAllowPrivate (PAYORCH_WEBHOOK_ALLOW_PRIVATE) allows http and
+	// private, loopback and link-local targets for webhook endpoints (dev,
+	// tests); off, endpoints must use https and a public address.
+	WebhookAllowPrivate bool
 }
 
 // Service is the pgx-backed implementation of payorch's domain.
@@ -85,6 +89,8 @@ type Service struct {
 	lease           time.Duration
 	keyTTL          time.Duration
 	tel             *telemetry
+	// webhookAllowPrivate is Config.WebhookAllowPrivate.
+	webhookAllowPrivate bool
 	// replays holds completed keys for replays; nil when off.
 	replays *replayCache
 
@@ -106,6 +112,7 @@ func NewService(cfg Config) *Service {
 		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache),
 		routes: newRoutingCache(routingCacheMaxEntries, routingCacheMaxAge)}
 	s.schemaVersions = cfg.SchemaVersions
+	s.webhookAllowPrivate = cfg.WebhookAllowPrivate
 	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts

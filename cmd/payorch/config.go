@@ -83,6 +83,10 @@ type config struct {
 	// keys `serve` and `dev` keep in memory to answer replays; 0 turns it
 	// off.
 	ReplayCache int
+	// WebhookAllowPrivate (PAYORCH_WEBHOOK_ALLOW_PRIVATE) allows http and
+	// private, loopback and link-local targets for webhook endpoints (dev,
+	// tests); off, endpoints must be https on public addresses.
+	WebhookAllowPrivate bool
 	// Environment (PAYORCH_ENVIRONMENT) says what this deployment is:
 	// production, development or test. Unset, each command picks (run):
 	// development for `dev`, production for every other. In production the
@@ -277,6 +281,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	boolean("PAYORCH_AUTO_MIGRATE", &c.AutoMigrate)
 	boolean("PAYORCH_API_KEY_CACHE", &c.APIKeyCache)
+	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
 	num("PAYORCH_REPLAY_CACHE", &c.ReplayCache)
 	dur := func(name string, dst *time.Duration) {
 		if v := getenv(name); v != "" {

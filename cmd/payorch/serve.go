@@ -232,6 +232,8 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		ReplayCache:     cfg.ReplayCache,
 		TracerProvider:  tel.tracerProvider,
 		MeterProvider:   tel.meterProvider,
+
+		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 	})
 }
 
