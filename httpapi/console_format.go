@@ -68,13 +68,14 @@ var paymentBadges = map[orchestrator.Status]string{
 
 // statusBadge is the CSS class of a status badge: good, bad, warn or
 // neutral. Payment states have theirs (paymentBadges); the other words
-// are those of operations, runs, discrepancies and provider calls.
+// are those of operations, runs, discrepancies, provider calls and
+// webhook deliveries.
 func statusBadge(status string) string {
 	if badge, ok := paymentBadges[orchestrator.Status(status)]; ok {
 		return badge
 	}
 	switch status {
-	case "succeeded", "resolved", "ok", "success", "completed", "closed":
+	case "succeeded", "resolved", "ok", "success", "completed", "closed", "delivered":
 		return "good"
 	case "declined", "error", "open":
 		return "bad"

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -79,11 +80,47 @@ type paymentPage struct {
 	Payment  orchestrator.Payment
 	Attempts []orchestrator.Attempt
 	Events   []orchestrator.Event
+	// Webhooks are the payment's outbox events, first first, each with
+	// its deliveries.
+	Webhooks []webhookEventRow
+}
+
+// webhookEventRow is one outbox event of a payment and its deliveries to
+// the tenant's webhook endpoints.
+type webhookEventRow struct {
+	Event      orchestrator.WebhookEvent
+	Deliveries []orchestrator.WebhookDelivery
+}
+
+// maxConsoleWebhookEvents bounds the outbox events a payment's page shows.
+const maxConsoleWebhookEvents = 100
+
+// paymentWebhooks returns payment p's outbox events, first first, with
+// their deliveries.
+func (s *Server) paymentWebhooks(ctx context.Context, p orchestrator.Payment) ([]webhookEventRow, error) {
+	sc := orchestrator.Scope{TenantID: p.TenantID}
+	evs, _, err := s.svc.ListEvents(ctx, sc, orchestrator.EventFilter{PaymentID: p.ID, Limit: maxConsoleWebhookEvents})
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.svc.PaymentDeliveries(ctx, sc, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	byEvent := map[string][]orchestrator.WebhookDelivery{}
+	for _, d := range ds {
+		byEvent[d.EventID] = append(byEvent[d.EventID], d)
+	}
+	rows := make([]webhookEventRow, 0, len(evs))
+	for i := len(evs) - 1; i >= 0; i-- { // listed newest first
+		rows = append(rows, webhookEventRow{Event: evs[i], Deliveries: byEvent[evs[i].ID]})
+	}
+	return rows, nil
 }
 
 // consolePayment: GET /console/payments/{id}: amounts, state, provider
 // reference, capture deadline, routing, its attempts across connectors and
-// the full timeline. Another tenant's payment is a 404 to a merchant.
+// the full timeline, and its events' webhook deliveries. Another tenant's payment is a 404 to a merchant.
 func (s *Server) consolePayment(c echo.Context) error {
 	id := c.Param("id")
 	if !validID(id) {
@@ -103,5 +140,10 @@ func (s *Server) consolePayment(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, paymentPage{Payment: p, Attempts: attempts, Events: evs})
+	webhooks, err := s.paymentWebhooks(ctx, p)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID,
+		paymentPage{Payment: p, Attempts: attempts, Events: evs, Webhooks: webhooks})
 }

@@ -56,6 +56,8 @@ const (
 	// array is a list of objects (routing rules): wrong when not an
 	// array, or an array of anything but valid objects.
 	array
+	// boolean is true or false: anything else is wrong.
+	boolean
 )
 
 // routeSpec says how to make a valid request to a route, and which inputs
@@ -192,6 +194,9 @@ func jsonValues(k kind) []string {
 			}
 		}
 		out = append(out, "[null]", "[{}]", "[1]", `[{"zz":1}]`, `[{"name":"\u0000"}]`, "[["+deepArray(40)+"]]")
+	case boolean:
+		strs()
+		out = append(out, `"true"`, `"false"`, "1", "0", "null", "[]", "{}", "[true]", huge, deepArray(5000), deepObject(40))
 	case object:
 		out = append(out, `{"\u0000":"v"}`, `{"k":"\u0000"}`, `{"\ud800":"v"}`, `{"k":"\udfff"}`, "{\"\xff\":\"v\"}",
 			"{\"k\":\"\xc3\x28\"}", `{"k":1}`, `{"k":true}`, `{"k":{"a":"b"}}`, `{"k":[]}`, `{"k":`+deepArray(5000)+`}`,
@@ -259,6 +264,7 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 	t.Helper()
 	var parts []string
 	for _, table := range []string{"payments", "payment_operations", "payment_events", "payment_attempts", "events", "idempotency_keys",
+		"webhook_endpoints", "webhook_deliveries", "webhook_delivery_attempts",
 		"routing_versions", "reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants"} {
 		parts = append(parts, fmt.Sprintf(`SELECT '%[1]s', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %[1]s t`, table))
 	}
@@ -284,7 +290,7 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 }
 
 // routeSpecs is one spec per route of the API and the console.
-func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discrepancy int64) map[string]routeSpec {
+func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discrepancy int64, endpoint, event string) map[string]routeSpec {
 	merchant, support, finance, admin := orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance, orchestrator.RoleAdmin
 	as := func(r ...orchestrator.Role) []orchestrator.Role { return r }
 	runID, discID, tenantID := fmt.Sprint(run.ID), fmt.Sprint(discrepancy), fmt.Sprint(h.tenant)
@@ -313,6 +319,18 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /v1/payments/:id/attempts": {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /v1/events":                {roles: as(support), query: []string{"tenant_id", "type", "payment_id", "limit", "starting_after"}},
 		"GET /v1/events/:id":            {roles: as(support), path: map[string]string{"id": "evt_00000000000000000000000000000000"}},
+		"GET /v1/events/:id/deliveries": {roles: as(merchant, support), path: map[string]string{"id": event}},
+		"POST /v1/events/:id/redeliver": {roles: as(merchant, support), path: map[string]string{"id": event}, body: map[string]string{}},
+		"POST /v1/webhook_endpoints": {roles: as(merchant),
+			body:   map[string]string{"url": `"https://example.com/hooks"`, "event_types": `["*"]`, "description": `"d"`},
+			fields: map[string]kind{"url": token, "event_types": array, "description": text}},
+		"GET /v1/webhook_endpoints":     {roles: as(merchant)},
+		"GET /v1/webhook_endpoints/:id": {roles: as(merchant), path: map[string]string{"id": endpoint}},
+		"POST /v1/webhook_endpoints/:id": {roles: as(merchant), path: map[string]string{"id": endpoint},
+			body: map[string]string{"enabled": "false"}, fields: map[string]kind{"enabled": boolean}},
+		"DELETE /v1/webhook_endpoints/:id": {roles: as(merchant), path: map[string]string{"id": endpoint}},
+		"POST /v1/webhook_endpoints/:id/rotate_secret": {roles: as(merchant), path: map[string]string{"id": endpoint},
+			body: map[string]string{}},
 		"POST /v1/reconciliation/runs": {roles: as(finance),
 			body:   map[string]string{"provider": `"fake"`, "date": `"` + today + `"`},
 			fields: map[string]kind{"provider": token, "date": token}},
@@ -609,6 +627,12 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 	// Fixtures: an authorized and a captured payment, a run with one open
 	// discrepancy, a console session for support, finance and admin.
 	authorized, run := consoleFixture(t, e)
+	// A webhook endpoint, so the captured payment's events have deliveries.
+	ep, err := e.svc.CreateWebhookEndpoint(context.Background(), e.tenant, orchestrator.WebhookEndpointInput{
+		URL: "https://example.com/hooks", EventTypes: []string{"*"}}, "key_hostile")
+	if err != nil {
+		t.Fatal(err)
+	}
 	captured := e.authorizeOK(t, "hostile-captured", 5000)
 	if res, b := e.post(t, "/v1/payments/"+captured.ID+"/capture", e.keys[orchestrator.RoleMerchant], "hostile-capture", ""); res.StatusCode != 200 {
 		t.Fatalf("capture: %d %s", res.StatusCode, b)
@@ -632,7 +656,14 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 		h.csrf[role] = csrfOf(t, body)
 	}
 
-	specs := h.routeSpecs(authorized, captured, run, discrepancy)
+	// An event delivered to the endpoint.
+	evs, _, err := e.svc.ListEvents(context.Background(), orchestrator.Scope{TenantID: e.tenant},
+		orchestrator.EventFilter{PaymentID: captured.ID, Type: "payment.captured"})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("captured event: %v %v", evs, err)
+	}
+
+	specs := h.routeSpecs(authorized, captured, run, discrepancy, ep.ID, evs[0].ID)
 	// Every route has a spec and every spec a route, so a new route is
 	// not left out.
 	var routes []string

@@ -493,6 +493,57 @@ func TestOpenAPIContract(t *testing.T) {
 		wantProblem(t, res, b, 404, "not_found")
 	})
 
+	t.Run("Webhooks", func(t *testing.T) {
+		create := `{"url":"https://example.com/hooks","event_types":["*"],"description":"main"}`
+		res, b := ct.do(t, call{method: "POST", path: "/v1/webhook_endpoints", apiKey: merchant, idemKey: "w-1", body: create})
+		wantStatus(t, res, b, 201)
+		ep := decode[webhookEndpoint](t, b)
+		if ep.Secret == "" || res.Header.Get("Location") != "/v1/webhook_endpoints/"+ep.ID {
+			t.Fatalf("created %s (Location %q)", b, res.Header.Get("Location"))
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/v1/webhook_endpoints", apiKey: merchant, idemKey: "w-2", offContract: true,
+			body: `{"url":"https://example.com/hooks","event_types":["payment.exploded"]}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/webhook_endpoints", apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		path := "/v1/webhook_endpoints/" + ep.ID
+		res, b = ct.do(t, call{method: "GET", path: path, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: path, apiKey: merchant, idemKey: "w-off", body: `{"enabled":false}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: path, apiKey: merchant, idemKey: "w-on", body: `{"enabled":true}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: path + "/rotate_secret", apiKey: merchant, idemKey: "w-rot"})
+		wantStatus(t, res, b, 200)
+
+		res, b = ct.do(t, call{method: "GET", path: "/v1/events?limit=1&payment_id=" + pay.ID, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		evs := decode[struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}](t, b)
+		if len(evs.Data) != 1 {
+			t.Fatalf("events: %s", b)
+		}
+		// The payment's events came before the endpoint: a redelivery
+		// sends the event to it.
+		evPath := "/v1/events/" + evs.Data[0].ID
+		res, b = ct.do(t, call{method: "POST", path: evPath + "/redeliver", apiKey: support, idemKey: "w-red", body: `{}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: evPath + "/deliveries", apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		if ds := decode[listOf[webhookDelivery]](t, b); len(ds.Data) != 1 || ds.Data[0].EndpointID != ep.ID || ds.Data[0].Status != "pending" {
+			t.Fatalf("deliveries: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: evPath + "/deliveries", apiKey: finance})
+		wantProblem(t, res, b, 403, "forbidden")
+		res, b = ct.do(t, call{method: "DELETE", path: path, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: path, apiKey: merchant})
+		wantProblem(t, res, b, 404, "not_found")
+	})
+
 	if t.Failed() {
 		return // a flow stopped early; its operations were not all reached
 	}

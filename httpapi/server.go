@@ -201,6 +201,15 @@ func (s *Server) routes() {
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
+	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
+	v1.GET("/events/:id/deliveries", s.eventDeliveries, deliveryReaders)
+	v1.POST("/events/:id/redeliver", s.redeliverEvent, deliveryReaders)
+	v1.POST("/webhook_endpoints", s.createWebhookEndpoint, merchant)
+	v1.GET("/webhook_endpoints", s.listWebhookEndpoints, merchant)
+	v1.GET("/webhook_endpoints/:id", s.getWebhookEndpoint, merchant)
+	v1.POST("/webhook_endpoints/:id", s.updateWebhookEndpoint, merchant)
+	v1.DELETE("/webhook_endpoints/:id", s.deleteWebhookEndpoint, merchant)
+	v1.POST("/webhook_endpoints/:id/rotate_secret", s.rotateWebhookSecret, merchant)
 
 	if s.rec != nil {
 		finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)

@@ -134,7 +134,7 @@ const endpointHealthSQL = `
 
 // disableFailingSQL disables the endpoints failing for @give_up_after,
 // gives up their pending deliveries (a redelivery can send them again once
-// the endpoint is enabled), and writes the webhook_endpoint.disabled event
+// the endpoint is enabled) and those of deleted endpoints, and writes the webhook_endpoint.disabled event
 // of each, delivered to the tenant's other endpoints that want it.
 const disableFailingSQL = `
 	WITH disabled AS (
@@ -145,6 +145,11 @@ const disableFailingSQL = `
 	), given_up AS (
 		UPDATE webhook_deliveries SET status = 'failed'
 		WHERE status = 'pending' AND endpoint_id IN (SELECT id FROM disabled)
+	), orphaned AS (
+		-- written by a change that raced the endpoint's deletion
+		UPDATE webhook_deliveries d SET status = 'failed'
+		FROM webhook_endpoints w
+		WHERE d.status = 'pending' AND d.endpoint_id = w.id AND w.deleted_at IS NOT NULL
 	), ev AS (
 		INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
 		SELECT 'evt_' || replace(gen_random_uuid()::text, '-', ''), tenant_id, 'webhook_endpoint.disabled', NULL, NULL,

@@ -63,10 +63,11 @@ func (r *receiver) requests() []received {
 	return slices.Clone(r.got)
 }
 
-// endpoint registers url as an endpoint of the tenant for types, with
-// secret, straight in the database (the endpoints API has tests of its
-// own), and returns its id.
-func (e *moneyEnv) endpoint(t *testing.T, url, secret string, types ...string) string {
+// rawEndpoint registers url as an endpoint of the tenant for types, with
+// secret, straight in the database: the worker's tests choose the secret,
+// and reach loopback receivers past the checks endpoint creation makes
+// (the endpoints API has tests of its own). It returns the endpoint's id.
+func (e *moneyEnv) rawEndpoint(t *testing.T, url, secret string, types ...string) string {
 	t.Helper()
 	id := fmt.Sprintf("we_%032x", time.Now().UnixNano())
 	_, err := e.svc.Pool().Exec(context.Background(), `
@@ -101,7 +102,7 @@ func TestWebhookDelivery(t *testing.T) {
 		e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
 		rcv := newReceiver(t, 500, 500, 500)
 		const secret = "whsec_retry"
-		e.endpoint(t, rcv.URL, secret, "payment.authorized")
+		e.rawEndpoint(t, rcv.URL, secret, "payment.authorized")
 		p := e.authorized(t, "w1", 1000)
 		var dues []time.Time
 		for n := 1; n <= 4; n++ {
@@ -159,7 +160,7 @@ func TestWebhookDelivery(t *testing.T) {
 		t.Parallel()
 		e := newConnectorWorld(t, 0, nil, "fake").newTenant(t)
 		rcv := newReceiver(t)
-		e.endpoint(t, rcv.URL, "whsec_p", "*")
+		e.rawEndpoint(t, rcv.URL, "whsec_p", "*")
 		e.authorized(t, "w2", 1000)
 		if st := e.deliver(t); st.Sent != 2 || st.Failed != 2 {
 			t.Fatalf("pass: %+v", st)
@@ -175,7 +176,7 @@ func TestWebhookDelivery(t *testing.T) {
 
 		e2 := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
 		redirecting := newReceiver(t, http.StatusFound)
-		e2.endpoint(t, redirecting.URL, "whsec_r", "payment.pending")
+		e2.rawEndpoint(t, redirecting.URL, "whsec_r", "payment.pending")
 		e2.authorized(t, "w3", 1000)
 		if st := e2.deliver(t); st.Sent != 1 || st.Failed != 1 {
 			t.Fatalf("pass: %+v", st)
@@ -192,8 +193,8 @@ func TestWebhookDelivery(t *testing.T) {
 		e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
 		failing := newReceiver(t, slices.Repeat([]int{503}, 100)...)
 		healthy := newReceiver(t)
-		id := e.endpoint(t, failing.URL, "whsec_f", "payment.authorized")
-		e.endpoint(t, healthy.URL, "whsec_h", "webhook_endpoint.disabled")
+		id := e.rawEndpoint(t, failing.URL, "whsec_f", "payment.authorized")
+		e.rawEndpoint(t, healthy.URL, "whsec_h", "webhook_endpoint.disabled")
 		e.authorized(t, "w4", 1000)
 		for range 40 {
 			e.deliver(t)
@@ -225,7 +226,7 @@ func TestWebhookDelivery(t *testing.T) {
 		w := newConnectorWorld(t, 0, allowPrivate, "fake")
 		e := w.newTenant(t)
 		rcv := newReceiver(t)
-		e.endpoint(t, rcv.URL, "whsec_m", "*")
+		e.rawEndpoint(t, rcv.URL, "whsec_m", "*")
 		p := e.authorized(t, "w5", 1000) // 2 events
 		// 998 more state changes of the payment, written as the service
 		// writes them (the outbox trigger makes each an event).

@@ -1,0 +1,142 @@
+package orchestrator
+
+// Webhook deliveries (issue #15), as merchants and support see them: one
+// per event and endpoint, with every attempt of it, and the reset that
+// sends an event again. The delivery worker makes the attempts.
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// WebhookDelivery is the delivery of one event to one endpoint.
+type WebhookDelivery struct {
+	Object     string `json:"object" db:"-"`
+	EventID    string `json:"event_id" db:"event_id"`
+	EndpointID string `json:"endpoint_id" db:"endpoint_id"`
+	// EndpointURL is the endpoint's URL, for people reading the delivery.
+	EndpointURL string `json:"endpoint_url" db:"endpoint_url"`
+	// Status is pending (to be sent at NextAttemptAt), delivered (answered
+	// 2xx) or failed (given up, or the endpoint deleted).
+	Status   string `json:"status" db:"status"`
+	Attempts int    `json:"attempts" db:"attempts"`
+	// NextAttemptAt is set only while pending.
+	NextAttemptAt *time.Time `json:"next_attempt_at" db:"next_attempt_at"`
+	DeliveredAt   *time.Time `json:"delivered_at" db:"delivered_at"`
+	// Tries are its attempts, first to last.
+	Tries []WebhookDeliveryAttempt `json:"tries" db:"tries"`
+}
+
+// WebhookDeliveryAttempt is one attempt of a delivery: when, how long,
+// and what came back (the status and the answer's first bytes, or the
+// error).
+type WebhookDeliveryAttempt struct {
+	Attempt         int       `json:"attempt"`
+	StartedAt       time.Time `json:"started_at"`
+	LatencyMS       float64   `json:"latency_ms"`
+	StatusCode      *int      `json:"status_code"`
+	Error           *string   `json:"error"`
+	ResponseExcerpt *string   `json:"response_excerpt"`
+}
+
+// LastStatusCode is the HTTP status of d's last attempt, if it got one.
+func (d WebhookDelivery) LastStatusCode() *int {
+	if len(d.Tries) == 0 {
+		return nil
+	}
+	return d.Tries[len(d.Tries)-1].StatusCode
+}
+
+// deliveriesQuery reads the deliveries of one event (@event_id) or of
+// every event of a payment (@payment_id), within @tenant_id (0: any), in
+// the order of the events, then of the endpoints' creation.
+const deliveriesQuery = `
+	SELECT d.event_id, d.endpoint_id, e.url AS endpoint_url, d.status, d.attempts,
+		CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS next_attempt_at,
+		d.delivered_at,
+		coalesce((SELECT jsonb_agg(jsonb_build_object('attempt', a.attempt, 'started_at', a.started_at,
+				'latency_ms', a.latency_ms, 'status_code', a.status_code, 'error', a.error,
+				'response_excerpt', a.response_excerpt) ORDER BY a.attempt)
+			FROM webhook_delivery_attempts a
+			WHERE a.event_id = d.event_id AND a.endpoint_id = d.endpoint_id), '[]'::jsonb) AS tries
+	FROM events ev
+	JOIN webhook_deliveries d ON d.event_id = ev.id
+	JOIN webhook_endpoints e ON e.id = d.endpoint_id
+	WHERE ev.tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR ev.tenant_id = @tenant_id)
+	  AND (ev.id = @event_id OR ev.payment_id = @payment_id)
+	ORDER BY ev.created_at, ev.sequence NULLS LAST, ev.id, e.created_at, e.id`
+
+// querier runs a query: the pool, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// deliveries runs deliveriesQuery on q.
+func deliveries(ctx context.Context, q querier, sc Scope, eventID, paymentID string) ([]WebhookDelivery, error) {
+	rows, _ := q.Query(ctx, deliveriesQuery, namedArgs{"tenant_id": sc.TenantID, "event_id": eventID, "payment_id": paymentID})
+	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookDelivery])
+	if err != nil {
+		return nil, internalf("read webhook deliveries: %w", err)
+	}
+	for i := range ds {
+		ds[i].Object = "webhook_delivery"
+		if ds[i].Tries == nil {
+			ds[i].Tries = []WebhookDeliveryAttempt{}
+		}
+	}
+	return ds, nil
+}
+
+// EventDeliveries returns the deliveries of an event visible in sc, one
+// per endpoint it was (or is to be) sent to, deleted endpoints included.
+// Errors: not_found.
+func (s *Service) EventDeliveries(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
+	if _, err := s.GetEvent(ctx, sc, eventID); err != nil {
+		return nil, err
+	}
+	return deliveries(ctx, s.pool, sc, eventID, "")
+}
+
+// PaymentDeliveries returns the deliveries of every event of a payment
+// visible in sc, in the order of the events. A payment outside sc, or
+// none, has none.
+func (s *Service) PaymentDeliveries(ctx context.Context, sc Scope, paymentID string) ([]WebhookDelivery, error) {
+	if paymentID == "" {
+		return []WebhookDelivery{}, nil
+	}
+	return deliveries(ctx, s.pool, sc, "", paymentID)
+}
+
+// RedeliverEvent sends an event again to every endpoint of its tenant that
+// is not deleted: each one's delivery becomes pending, due now, keeping
+// its count of attempts; an endpoint without one (created after the event)
+// gets one if it wants the event's type. A disabled endpoint's delivery
+// waits until it is enabled. It returns the event's deliveries as they
+// now are. Errors: not_found.
+func (s *Service) RedeliverEvent(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
+	if _, err := s.GetEvent(ctx, sc, eventID); err != nil {
+		return nil, err
+	}
+	const q = `
+		INSERT INTO webhook_deliveries AS d (event_id, endpoint_id, status, next_attempt_at, created_at)
+		SELECT ev.id, e.id, 'pending', @now, @now
+		FROM events ev
+		JOIN webhook_endpoints e ON e.tenant_id = ev.tenant_id AND e.deleted_at IS NULL
+		WHERE ev.id = @event_id
+		  AND ('*' = ANY (e.event_types) OR ev.type = ANY (e.event_types)
+		       OR EXISTS (SELECT 1 FROM webhook_deliveries x WHERE x.event_id = ev.id AND x.endpoint_id = e.id))
+		ON CONFLICT (event_id, endpoint_id) DO UPDATE
+		SET status = 'pending', next_attempt_at = @now, delivered_at = NULL`
+	var ds []WebhookDelivery
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, q, namedArgs{"event_id": eventID, "now": s.now()}); err != nil {
+			return internalf("redeliver event: %w", err)
+		}
+		var err error
+		ds, err = deliveries(ctx, tx, sc, eventID, "")
+		return err
+	})
+	return ds, err
+}
