@@ -30,7 +30,7 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	payment := "pay_bench_" + fmt.Sprint(tenant.ID)
+	payment := orchestrator.PaymentID(tenant.ID, "bench")
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor, currency, provider,
 			payment_method, description, metadata, created_at, updated_at, route)
@@ -40,7 +40,7 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 	}
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret, created_by, created_at, updated_at)
-		VALUES ('we_bench_' || $1::text, $1, $2, '{*}', 'whsec_bench', 'bench', now(), now())`, tenant.ID, rcv.URL); err != nil {
+		VALUES ($3, $1, $2, '{*}', 'whsec_bench', 'bench', now(), now())`, tenant.ID, rcv.URL, fmt.Sprintf("we_bench_%d", tenant.ID)); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `
