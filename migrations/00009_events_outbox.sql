@@ -25,8 +25,9 @@ CREATE TABLE events (
     -- NULL for staff events (none yet: reconciliation runs come later).
     tenant_id  bigint,
     type       text        NOT NULL,
-    -- payment_id and sequence are set for the events of a payment, NULL
-    -- for the others (an endpoint disabled).
+    -- payment_id is set for the events of a payment and of its captures,
+    -- cancels and refunds; sequence for the payment's own (its states and
+    -- attempts).
     payment_id text,
     sequence   integer,
     object     jsonb       NOT NULL,
@@ -36,7 +37,8 @@ CREATE TABLE events (
     -- every payment; a key's check would read them again.
     CONSTRAINT events_pkey PRIMARY KEY (id),
     CONSTRAINT events_sequence_key UNIQUE (tenant_id, payment_id, sequence),
-    CONSTRAINT events_sequence_check CHECK (sequence > 0 AND payment_id IS NOT NULL OR sequence IS NULL AND payment_id IS NULL)
+    -- A sequence only on a payment's events (its state changes, attempts).
+    CONSTRAINT events_sequence_check CHECK (sequence > 0 AND payment_id IS NOT NULL OR sequence IS NULL)
 );
 
 -- The events API lists a tenant's events newest first.
@@ -149,7 +151,51 @@ CREATE TRIGGER payment_events_outbox
     FOR EACH ROW WHEN (NEW.type IN ('state_changed', 'attempt_started'))
     EXECUTE FUNCTION payment_events_outbox();
 
+-- A capture, cancel or refund that ends (succeeded or failed, at once or
+-- after the provider answered) writes one event too: <kind>.<status>, with
+-- the operation as its object. It carries the payment's id but no sequence:
+-- sequence orders the payment's own states, which a capture or refund that
+-- succeeds also changes (and so numbers, in the same statement), while a
+-- failed one changes nothing of the payment and may end concurrently with
+-- another operation of it.
+-- +goose StatementBegin
+CREATE FUNCTION payment_operations_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_id   text := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+    event_type text := NEW.kind || '.' || NEW.status;
+BEGIN
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    SELECT event_id, NEW.tenant_id, event_type, NEW.payment_id, NULL,
+        jsonb_build_object('id', NEW.id, 'object', NEW.kind, 'payment_id', NEW.payment_id, 'status', NEW.status,
+            'amount_minor', NEW.amount_minor, 'currency', p.currency, 'provider_ref', NEW.provider_ref,
+            'failure_code', NEW.failure_code, 'idempotency_key', NEW.idempotency_key,
+            'created_at', NEW.created_at, 'updated_at', NEW.updated_at),
+        NEW.updated_at
+    FROM payments p WHERE p.tenant_id = NEW.tenant_id AND p.id = NEW.payment_id;
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
+    SELECT event_id, e.id, NEW.updated_at, NEW.updated_at
+    FROM webhook_endpoints e
+    WHERE e.tenant_id = NEW.tenant_id AND e.enabled AND e.deleted_at IS NULL
+        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER payment_operations_outbox_ended
+    AFTER UPDATE OF status ON payment_operations
+    FOR EACH ROW WHEN (OLD.status = 'pending' AND NEW.status <> 'pending')
+    EXECUTE FUNCTION payment_operations_outbox();
+
+CREATE TRIGGER payment_operations_outbox_born_ended
+    AFTER INSERT ON payment_operations
+    FOR EACH ROW WHEN (NEW.status <> 'pending')
+    EXECUTE FUNCTION payment_operations_outbox();
+
 -- +goose Down
+DROP TRIGGER payment_operations_outbox_born_ended ON payment_operations;
+DROP TRIGGER payment_operations_outbox_ended ON payment_operations;
+DROP FUNCTION payment_operations_outbox();
 DROP TRIGGER payment_events_outbox ON payment_events;
 DROP FUNCTION payment_events_outbox();
 DROP TABLE webhook_delivery_attempts;

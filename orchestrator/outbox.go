@@ -24,8 +24,8 @@ type WebhookEvent struct {
 	Object   string `json:"object" db:"-"`
 	TenantID int64  `json:"tenant_id" db:"tenant_id"`
 	Type     string `json:"type" db:"type"`
-	// PaymentID and Sequence are set for a payment's events (payment.…),
-	// nil for others (webhook_endpoint.disabled).
+	// PaymentID is set for the events of a payment and of its captures,
+	// cancels and refunds; Sequence for the payment's own (payment.…).
 	PaymentID *string `json:"payment_id" db:"payment_id"`
 	// Sequence numbers the payment's events from 1, in the order of its
 	// changes: a receiver that sees 3 after 5 keeps 5.
@@ -37,13 +37,18 @@ type WebhookEvent struct {
 }
 
 // EventTypes are the types of events: one per payment state, one per new
-// attempt, and an endpoint disabled after failing for 3 days.
+// attempt, one per end of a capture, cancel or refund, and an endpoint
+// disabled after failing for 3 days.
 var EventTypes = func() []string {
 	out := make([]string, 0, len(Statuses)+1)
 	for _, st := range Statuses {
 		out = append(out, "payment."+string(st))
 	}
-	return append(out, "payment.attempt_started", "webhook_endpoint.disabled")
+	out = append(out, "payment.attempt_started")
+	for _, kind := range []string{"capture", "cancel", "refund"} {
+		out = append(out, kind+".succeeded", kind+".failed")
+	}
+	return append(out, "webhook_endpoint.disabled")
 }()
 
 // EventFilter selects a page of events, newest first.

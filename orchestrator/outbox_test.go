@@ -8,19 +8,28 @@ import (
 	"testing"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
 
-// events returns payment id's events in their sequence (the test clock
-// stands still, so their times are equal).
+// events returns payment id's own events (its states and attempts) in
+// their sequence (the test clock stands still, so their times are equal).
 func (e *moneyEnv) events(t *testing.T, id string) []orchestrator.WebhookEvent {
+	t.Helper()
+	evs := slices.DeleteFunc(e.allEvents(t, id), func(ev orchestrator.WebhookEvent) bool { return ev.Sequence == nil })
+	slices.SortFunc(evs, func(a, b orchestrator.WebhookEvent) int { return *a.Sequence - *b.Sequence })
+	return evs
+}
+
+// allEvents returns every event about payment id: its own and its
+// operations', newest first.
+func (e *moneyEnv) allEvents(t *testing.T, id string) []orchestrator.WebhookEvent {
 	t.Helper()
 	evs, _, err := e.svc.ListEvents(context.Background(), orchestrator.Scope{TenantID: e.tenant},
 		orchestrator.EventFilter{PaymentID: id, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.SortFunc(evs, func(a, b orchestrator.WebhookEvent) int { return *a.Sequence - *b.Sequence })
 	return evs
 }
 
@@ -63,6 +72,23 @@ func TestOutbox(t *testing.T) {
 		_ = json.Unmarshal(evs[len(evs)-1].Data, &last)
 		last.Object = "payment"
 		sameJSON(t, "last event's payment", last, e.payment(t, p.ID))
+		// The capture and the refund ended: an event each, about them.
+		var ops []string
+		for _, ev := range e.allEvents(t, p.ID) {
+			if ev.Sequence == nil {
+				var op struct {
+					Object      string `json:"object"`
+					AmountMinor int64  `json:"amount_minor"`
+					Currency    string `json:"currency"`
+				}
+				_ = json.Unmarshal(ev.Data, &op)
+				ops = append(ops, fmt.Sprintf("%s %s %d %s", ev.Type, op.Object, op.AmountMinor, op.Currency))
+			}
+		}
+		slices.Sort(ops)
+		if want := []string{"capture.succeeded capture 600 EUR", "refund.succeeded refund 100 EUR"}; !slices.Equal(ops, want) {
+			t.Fatalf("operation events %q, want %q", ops, want)
+		}
 		one, err := e.svc.GetEvent(context.Background(), orchestrator.Scope{TenantID: e.tenant}, evs[0].ID)
 		if err != nil || one.ID != evs[0].ID || one.Type != "payment.pending" {
 			t.Fatalf("get event: %+v %v", one, err)
@@ -119,6 +145,33 @@ func TestOutbox(t *testing.T) {
 		}
 		if n := len(e.events(t, p.ID)); n != before {
 			t.Fatalf("%d events after the rollback, want %d", n, before)
+		}
+	})
+
+	// A refund the provider refuses ends failed: one refund.failed event,
+	// and the payment's own events do not move.
+	t.Run("AFailedRefundIsAnEvent", func(t *testing.T) {
+		t.Parallel()
+		e := shared.newTenant(t)
+		p := e.captured(t, "o4", 1000)
+		before := len(e.events(t, p.ID))
+		// 900 of it was refunded at the provider behind our back: it
+		// refuses to refund 300 more.
+		if _, err := e.fake.Refund(context.Background(), providers.RefundRequest{Key: "behind-our-back", Ref: *p.ProviderRef,
+			AmountMinor: 900}); err != nil {
+			t.Fatal(err)
+		}
+		if a := e.refund(t, p.ID, "o4-r", `{"amount_minor":300}`); a.err == nil {
+			t.Fatalf("refund of a canceled hold: %+v", a.out)
+		}
+		var failed []string
+		for _, ev := range e.allEvents(t, p.ID) {
+			if ev.Type == "refund.failed" {
+				failed = append(failed, string(ev.Data))
+			}
+		}
+		if len(failed) != 1 || len(e.events(t, p.ID)) != before {
+			t.Fatalf("refund.failed events %q; payment events %d, were %d", failed, len(e.events(t, p.ID)), before)
 		}
 	})
 
