@@ -34,6 +34,13 @@ func (s *Server) listEvents(c echo.Context) error {
 		}
 		f.PaymentID = v
 	}
+	if v := q.Get("delivered"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return orchestrator.ParamError("delivered", "delivered must be true or false")
+		}
+		f.Delivered = &b
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {

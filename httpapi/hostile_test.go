@@ -317,7 +317,7 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /v1/payments/:id":          {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /v1/payments/:id/events":   {roles: as(support), path: map[string]string{"id": authorized.ID}},
 		"GET /v1/payments/:id/attempts": {roles: as(support), path: map[string]string{"id": authorized.ID}},
-		"GET /v1/events":                {roles: as(support), query: []string{"tenant_id", "type", "payment_id", "limit", "starting_after"}},
+		"GET /v1/events":                {roles: as(support), query: []string{"tenant_id", "type", "payment_id", "delivered", "limit", "starting_after"}},
 		"GET /v1/events/:id":            {roles: as(support), path: map[string]string{"id": "evt_00000000000000000000000000000000"}},
 		"GET /v1/events/:id/deliveries": {roles: as(merchant, support), path: map[string]string{"id": event}},
 		"POST /v1/events/:id/redeliver": {roles: as(merchant, support), path: map[string]string{"id": event}, body: map[string]string{}},

@@ -53,8 +53,12 @@ var EventTypes = func() []string {
 
 // EventFilter selects a page of events, newest first.
 type EventFilter struct {
-	Type          string
-	PaymentID     string
+	Type      string
+	PaymentID string
+	// Delivered, when set, keeps the events whose deliveries all went
+	// through (true: it has some, and every one is delivered) or those
+	// with a delivery not delivered yet, or given up (false).
+	Delivered     *bool
 	Limit         int
 	StartingAfter string
 }
@@ -114,10 +118,14 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 		WHERE tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
 		  AND (@type::text = '' OR type = @type)
 		  AND (@payment_id::text = '' OR payment_id = @payment_id)
+		  AND (@delivered::boolean IS NULL
+		       OR @delivered AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = events.id)
+		          AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = events.id AND d.status <> 'delivered')
+		       OR NOT @delivered AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = events.id AND d.status <> 'delivered'))
 		  AND (@cursor_at::timestamptz IS NULL OR (created_at, id) < (@cursor_at, @cursor_id::text))
 		ORDER BY created_at DESC, id DESC
 		LIMIT @limit`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "type": f.Type, "payment_id": f.PaymentID,
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "type": f.Type, "payment_id": f.PaymentID, "delivered": f.Delivered,
 		"cursor_at": cursorAt, "cursor_id": cursorID, "limit": f.Limit + 1})
 	evs, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookEvent])
 	if err != nil {

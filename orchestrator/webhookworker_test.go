@@ -104,6 +104,23 @@ func TestWebhookDelivery(t *testing.T) {
 		const secret = "whsec_retry"
 		e.rawEndpoint(t, rcv.URL, secret, "payment.authorized")
 		p := e.authorized(t, "w1", 1000)
+		undelivered := func(want bool) []string {
+			t.Helper()
+			evs, _, err := e.svc.ListEvents(context.Background(), orchestrator.Scope{TenantID: e.tenant},
+				orchestrator.EventFilter{Delivered: &want})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var types []string
+			for _, ev := range evs {
+				types = append(types, ev.Type)
+			}
+			return types
+		}
+		// Only payment.authorized is wanted by the endpoint.
+		if got := undelivered(false); !slices.Equal(got, []string{"payment.authorized"}) {
+			t.Fatalf("undelivered before: %q", got)
+		}
 		var dues []time.Time
 		for n := 1; n <= 4; n++ {
 			if st := e.deliver(t); st.Sent != 1 {
@@ -133,6 +150,9 @@ func TestWebhookDelivery(t *testing.T) {
 				t.Fatalf("after the 200: %s", status)
 			}
 		}
+		if got, done := undelivered(false), undelivered(true); len(got) != 0 || !slices.Equal(done, []string{"payment.authorized"}) {
+			t.Fatalf("after: undelivered %q, delivered %q", got, done)
+		}
 		got := rcv.requests()
 		if len(got) != 4 {
 			t.Fatalf("receiver got %d requests", len(got))
@@ -151,6 +171,36 @@ func TestWebhookDelivery(t *testing.T) {
 		}
 		if n := e.count(t, `SELECT count(*) FROM webhook_delivery_attempts WHERE event_id = $1`, ev.ID); n != 4 {
 			t.Fatalf("%d attempts recorded", n)
+		}
+	})
+
+	// During a rotation both secrets sign; after it, the new one alone.
+	t.Run("RotationSignsWithBothSecrets", func(t *testing.T) {
+		t.Parallel()
+		e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+		rcv := newReceiver(t)
+		id := e.rawEndpoint(t, rcv.URL, "whsec_new", "payment.authorized")
+		if _, err := e.svc.Pool().Exec(context.Background(), `UPDATE webhook_endpoints SET previous_secret = 'whsec_old',
+			previous_secret_until = $2 WHERE id = $1`, id, e.clk.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		e.authorized(t, "w6", 1000)
+		e.deliver(t)
+		e.clk.Add(2 * time.Hour)
+		e.authorized(t, "w7", 1000)
+		e.deliver(t)
+		got := rcv.requests()
+		if len(got) != 2 {
+			t.Fatalf("%d requests", len(got))
+		}
+		for i, wantOld := range []bool{true, false} {
+			r := got[i]
+			if err := webhooksig.Verify(r.signature, r.body, "whsec_new", 0, time.Now()); err != nil {
+				t.Fatalf("request %d, new secret: %v", i, err)
+			}
+			if err := webhooksig.Verify(r.signature, r.body, "whsec_old", 0, time.Now()); (err == nil) != wantOld {
+				t.Fatalf("request %d, old secret: %v, want valid %v", i, err, wantOld)
+			}
 		}
 	})
 
