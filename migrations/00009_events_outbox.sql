@@ -1,23 +1,23 @@
 -- Events for merchants (issue #15): the outbox, webhook endpoints and their
 -- deliveries.
 --
--- Every state change of a payment, and every new attempt of one, writes
--- one row of events in the same transaction as the change: the trigger
--- below fires on the payment_events row that records the change, which
--- every statement changing a payment's state writes. So no event is
--- written for a change that rolled back, and none is missing for one that
--- committed. The same trigger writes a delivery for each of the tenant's
--- enabled endpoints that wants the event's type, and the delivery workers
--- send them from there, at least once.
+-- Every state change of a payment (its creation, pending, too), every new
+-- attempt of one, and every capture, cancel or refund that ends writes one
+-- row of events in the same transaction as the change: triggers on
+-- payments and payment_operations write it from the row as the change left
+-- it. So no event is written for a change that rolled back, and none is
+-- missing for one that committed. The same triggers write a delivery for
+-- each of the tenant's enabled endpoints that wants the event's type, and
+-- the delivery workers send them from there, at least once.
 --
--- sequence numbers a payment's events from 1 in the order of its changes.
--- Every writer of a state change (and of a new attempt) holds the payment's
--- row lock while it writes (it updated or inserted the row in the same
--- statement or transaction), so the next number is read safely under that
--- lock; the unique constraint would refuse a second writer anyway.
+-- sequence numbers a payment's own events from 1 in the order of its
+-- changes: the trigger runs under the payment's row lock (the change
+-- inserted or updated the row), so the next number is read safely; the
+-- unique constraint would refuse a second writer anyway.
 --
 -- object is the payment as the change left it, in the API's shape
--- (orchestrator.Payment; TestEventSnapshotIsThePayment checks they agree).
+-- (orchestrator.Payment; TestOutbox checks that the last event's is the
+-- payment as GET /v1/payments/{id} answers it).
 
 -- +goose Up
 CREATE TABLE events (
@@ -113,31 +113,30 @@ CREATE TABLE webhook_delivery_attempts (
 );
 
 -- +goose StatementBegin
-CREATE FUNCTION payment_events_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION payments_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    next_seq   integer;
-    snapshot   jsonb;
-    event_id   text;
+    event_id   text := 'evt_' || replace(gen_random_uuid()::text, '-', '');
     event_type text;
+    next_seq   integer;
 BEGIN
+    IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN
+        event_type := 'payment.' || NEW.status;
+    ELSE
+        event_type := 'payment.attempt_started';
+    END IF;
     SELECT coalesce(max(sequence), 0) + 1 INTO next_seq
-    FROM events WHERE tenant_id = NEW.tenant_id AND payment_id = NEW.payment_id;
-    SELECT jsonb_build_object(
-        'id', p.id, 'object', 'payment', 'tenant_id', p.tenant_id, 'status', p.status,
-        'amount_minor', p.amount_minor, 'currency', p.currency, 'captured_minor', p.captured_minor,
-        'refunded_minor', p.refunded_minor, 'provider', p.provider, 'provider_ref', p.provider_ref,
-        'payment_method', p.payment_method, 'idempotency_key', p.idempotency_key,
-        'description', p.description, 'metadata', p.metadata, 'failure_code', p.failure_code,
-        'capture_before', p.capture_before, 'created_at', p.created_at, 'updated_at', p.updated_at,
-        'routing_version', p.routing_version, 'attempt', p.attempt)
-    INTO snapshot
-    FROM payments p WHERE p.tenant_id = NEW.tenant_id AND p.id = NEW.payment_id;
-    event_id := 'evt_' || replace(gen_random_uuid()::text, '-', '');
-    event_type := CASE NEW.type WHEN 'attempt_started' THEN 'payment.attempt_started' ELSE 'payment.' || NEW.to_status END;
+    FROM events WHERE tenant_id = NEW.tenant_id AND payment_id = NEW.id;
     INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
-    VALUES (event_id, NEW.tenant_id, event_type, NEW.payment_id, next_seq, snapshot, NEW.created_at);
+    VALUES (event_id, NEW.tenant_id, event_type, NEW.id, next_seq, jsonb_build_object(
+        'id', NEW.id, 'object', 'payment', 'tenant_id', NEW.tenant_id, 'status', NEW.status,
+        'amount_minor', NEW.amount_minor, 'currency', NEW.currency, 'captured_minor', NEW.captured_minor,
+        'refunded_minor', NEW.refunded_minor, 'provider', NEW.provider, 'provider_ref', NEW.provider_ref,
+        'payment_method', NEW.payment_method, 'idempotency_key', NEW.idempotency_key,
+        'description', NEW.description, 'metadata', NEW.metadata, 'failure_code', NEW.failure_code,
+        'capture_before', NEW.capture_before, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at,
+        'routing_version', NEW.routing_version, 'attempt', NEW.attempt), NEW.updated_at);
     INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
-    SELECT event_id, e.id, NEW.created_at, NEW.created_at
+    SELECT event_id, e.id, NEW.updated_at, NEW.updated_at
     FROM webhook_endpoints e
     WHERE e.tenant_id = NEW.tenant_id AND e.enabled AND e.deleted_at IS NULL
         AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
@@ -146,10 +145,16 @@ END
 $$;
 -- +goose StatementEnd
 
-CREATE TRIGGER payment_events_outbox
-    AFTER INSERT ON payment_events
-    FOR EACH ROW WHEN (NEW.type IN ('state_changed', 'attempt_started'))
-    EXECUTE FUNCTION payment_events_outbox();
+-- A payment's events: its creation (pending), each change of its status,
+-- and each new attempt, from the row as the change left it.
+CREATE TRIGGER payments_outbox_created
+    AFTER INSERT ON payments
+    FOR EACH ROW EXECUTE FUNCTION payments_outbox();
+
+CREATE TRIGGER payments_outbox_changed
+    AFTER UPDATE OF status, attempt ON payments
+    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
+    EXECUTE FUNCTION payments_outbox();
 
 -- A capture, cancel or refund that ends (succeeded or failed, at once or
 -- after the provider answered) writes one event too: <kind>.<status>, with
@@ -196,8 +201,9 @@ CREATE TRIGGER payment_operations_outbox_born_ended
 DROP TRIGGER payment_operations_outbox_born_ended ON payment_operations;
 DROP TRIGGER payment_operations_outbox_ended ON payment_operations;
 DROP FUNCTION payment_operations_outbox();
-DROP TRIGGER payment_events_outbox ON payment_events;
-DROP FUNCTION payment_events_outbox();
+DROP TRIGGER payments_outbox_changed ON payments;
+DROP TRIGGER payments_outbox_created ON payments;
+DROP FUNCTION payments_outbox();
 DROP TABLE webhook_delivery_attempts;
 DROP TABLE webhook_deliveries;
 DROP TABLE webhook_endpoints;

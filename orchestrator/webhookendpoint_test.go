@@ -37,7 +37,7 @@ func (e *moneyEnv) deliveryRows(t *testing.T, paymentID string) []string {
 		t.Fatal(err)
 	}
 	types := map[string]string{}
-	for _, ev := range e.events(t, paymentID) {
+	for _, ev := range e.allEvents(t, paymentID) {
 		types[ev.ID] = ev.Type
 	}
 	var out []string
@@ -219,6 +219,7 @@ func TestWebhookEndpoints(t *testing.T) {
 			"payment.pending " + all.ID + " pending",
 			"payment.authorized " + all.ID + " pending",
 			"payment.captured " + all.ID + " pending",
+			"capture.succeeded " + all.ID + " pending",
 			"payment.captured " + captures.ID + " pending",
 		}
 		got := e.deliveryRows(t, p.ID)

@@ -277,13 +277,15 @@ func TestWebhookDelivery(t *testing.T) {
 		e := w.newTenant(t)
 		rcv := newReceiver(t)
 		e.rawEndpoint(t, rcv.URL, "whsec_m", "*")
-		p := e.authorized(t, "w5", 1000) // 2 events
-		// 998 more state changes of the payment, written as the service
-		// writes them (the outbox trigger makes each an event).
+		e.authorized(t, "w5", 1000) // 2 events
+		// 998 more payments, inserted as the service inserts them (the
+		// outbox trigger makes each a payment.pending event).
 		if _, err := w.svc.Pool().Exec(context.Background(), `
-			INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
-			SELECT $1, $2, 'state_changed', 'authorized', 'authorized', '{}', $3 FROM generate_series(1, 998)`,
-			e.tenant, p.ID, w.clk.Now()); err != nil {
+			INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor, currency,
+				provider, payment_method, description, metadata, created_at, updated_at, route)
+			SELECT $1, 'pay_' || md5(i::text), 'many-' || i, '\x00', '{}', 'pending', 100, 'EUR', 'fake', 'pm_card_visa', '', '{}',
+				$2, $2, '{fake}'
+			FROM generate_series(1, 998) i`, e.tenant, w.clk.Now()); err != nil {
 			t.Fatal(err)
 		}
 		instances := []*orchestrator.Service{w.svc,
