@@ -41,7 +41,7 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor, currency,
 			provider, payment_method, description, metadata, created_at, updated_at, route)
-		SELECT $1, 'pay_' || md5($1::text || '-' || i), 'bench-' || i, '\x00', '{}', 'pending', 100, 'EUR', 'fake',
+		SELECT $1::bigint, 'pay_' || md5($1::bigint::text || '-' || i), 'bench-' || i, '\x00', '{}', 'pending', 100, 'EUR', 'fake',
 			'pm_card_visa', '', '{}', now(), now(), '{fake}'
 		FROM generate_series(1, $2) i`, tenant.ID, b.N); err != nil {
 		b.Fatal(err)
