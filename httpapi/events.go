@@ -9,10 +9,13 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 )
 
-// Events for merchants (issue #15): the outbox's events, read through the
-// API. Delivery to webhook endpoints comes in the next slice.
+// Events (issue #15): the outbox's events, read through the API. A
+// merchant reads its tenant's, support every tenant's, finance every
+// tenant's and the staff events (reconciliation.run.…), which have no
+// tenant.
 
-// listEvents: GET /v1/events, newest first, cursor-paginated.
+// listEvents: GET /v1/events, newest first, cursor-paginated; tenant_id
+// (support, finance) narrows it to one tenant's events.
 func (s *Server) listEvents(c echo.Context) error {
 	pr := principal(c)
 	sc := orchestrator.ScopeOf(pr)
@@ -25,7 +28,7 @@ func (s *Server) listEvents(c echo.Context) error {
 		if err != nil || id <= 0 {
 			return orchestrator.ParamError("tenant_id", "tenant_id must be a positive integer")
 		}
-		sc.TenantID = id
+		sc = orchestrator.Scope{TenantID: id} // that tenant's events, not the staff ones
 	}
 	f := orchestrator.EventFilter{Type: q.Get("type")}
 	if v := q.Get("payment_id"); v != "" {

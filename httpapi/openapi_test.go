@@ -437,6 +437,26 @@ func TestOpenAPIContract(t *testing.T) {
 		if run.Status != "succeeded" || run.DiscrepancyCount < 1 {
 			t.Fatalf("run %s", b)
 		}
+		// Its event, a staff event (tenant_id null), as finance reads it.
+		res, b = ct.do(t, call{method: "GET", path: "/v1/events?type=reconciliation.run.completed", apiKey: finance})
+		wantStatus(t, res, b, 200)
+		runEvents := decode[struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}](t, b)
+		if len(runEvents.Data) != 1 {
+			t.Fatalf("run events: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: "/v1/events/" + runEvents.Data[0].ID, apiKey: finance})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/events/" + runEvents.Data[0].ID, apiKey: merchant})
+		wantProblem(t, res, b, 404, "not_found")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/webhook_endpoints", apiKey: finance, idemKey: "we-staff",
+			body: `{"url":"https://example.com/finance","event_types":["reconciliation.run.completed","reconciliation.run.failed"]}`})
+		wantStatus(t, res, b, 201)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/webhook_endpoints", apiKey: finance})
+		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/runs?provider=fake&limit=10", apiKey: admin})
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: runPath + "/discrepancies?type=amount_mismatch&status=open&limit=10", apiKey: finance})

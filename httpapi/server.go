@@ -204,12 +204,15 @@ func (s *Server) routes() {
 	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
 	v1.GET("/events/:id/deliveries", s.eventDeliveries, deliveryReaders)
 	v1.POST("/events/:id/redeliver", s.redeliverEvent, deliveryReaders)
-	v1.POST("/webhook_endpoints", s.createWebhookEndpoint, merchant)
-	v1.GET("/webhook_endpoints", s.listWebhookEndpoints, merchant)
-	v1.GET("/webhook_endpoints/:id", s.getWebhookEndpoint, merchant)
-	v1.POST("/webhook_endpoints/:id", s.updateWebhookEndpoint, merchant)
-	v1.DELETE("/webhook_endpoints/:id", s.deleteWebhookEndpoint, merchant)
-	v1.POST("/webhook_endpoints/:id/rotate_secret", s.rotateWebhookSecret, merchant)
+	// Merchants' endpoints, and finance's (admin's too, as reconciliation
+	// allows both): the staff endpoints, for the reconciliation events.
+	endpointOwners := requireRole(orchestrator.RoleMerchant, orchestrator.RoleFinance, orchestrator.RoleAdmin)
+	v1.POST("/webhook_endpoints", s.createWebhookEndpoint, endpointOwners)
+	v1.GET("/webhook_endpoints", s.listWebhookEndpoints, endpointOwners)
+	v1.GET("/webhook_endpoints/:id", s.getWebhookEndpoint, endpointOwners)
+	v1.POST("/webhook_endpoints/:id", s.updateWebhookEndpoint, endpointOwners)
+	v1.DELETE("/webhook_endpoints/:id", s.deleteWebhookEndpoint, endpointOwners)
+	v1.POST("/webhook_endpoints/:id/rotate_secret", s.rotateWebhookSecret, endpointOwners)
 
 	if s.rec != nil {
 		finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)

@@ -13,11 +13,13 @@ import (
 )
 
 // Webhook endpoints and deliveries (issue #15): merchants register the
-// URLs their events are delivered to, and merchants and support read an
-// event's deliveries and send it again. Every POST is keyed like the
-// others; the answers of create and rotate_secret carry the endpoint's
-// signing secret, so a replay of one (within the key's lifetime) shows
-// that secret again, to the same tenant only.
+// URLs their events are delivered to, finance (and admin, as for
+// reconciliation) the staff endpoints that receive the reconciliation
+// events, and merchants and support read an event's deliveries and send it
+// again. Every POST is keyed like the others; the answers of create and
+// rotate_secret carry the endpoint's signing secret, so a replay of one
+// (within the key's lifetime) shows that secret again, to the same tenant
+// (or, for staff, the same API key) only.
 
 // The keyed operations of this file.
 const (
@@ -76,28 +78,41 @@ func (s *Server) keyedJSON(c echo.Context, op, key string, fp orchestrator.Finge
 	})
 }
 
-// createWebhookEndpoint: POST /v1/webhook_endpoints (merchant): 201 with
-// the endpoint and its secret. Errors: validation_failed naming the field,
-// conflict (already MaxWebhookEndpoints), and the keyed POST's.
+// endpointOwner is the tenant whose endpoints p manages: a merchant's own,
+// or 0 (the staff endpoints) for finance and admin.
+func endpointOwner(p orchestrator.Principal) int64 {
+	if p.Role == orchestrator.RoleMerchant {
+		return p.TenantID
+	}
+	return 0
+}
+
+// createWebhookEndpoint: POST /v1/webhook_endpoints (merchant: for its
+// tenant; finance, admin: a staff endpoint, for the staff event types
+// only): 201 with the endpoint and its secret. Errors: validation_failed
+// naming the field, conflict (already MaxWebhookEndpoints), and the keyed
+// POST's.
 func (s *Server) createWebhookEndpoint(c echo.Context) error {
 	var in orchestrator.WebhookEndpointInput
 	key, fp, err := keyedRequest(c, opCreateWebhookEndpoint, nil, &in)
 	if err != nil {
 		return err
 	}
-	if err := s.svc.ValidateWebhookEndpoint(in); err != nil { // before the key is claimed
+	p := principal(c)
+	owner := endpointOwner(p)
+	if err := s.svc.ValidateWebhookEndpoint(owner, in); err != nil { // before the key is claimed
 		return err
 	}
-	p := principal(c)
 	return s.keyedJSON(c, opCreateWebhookEndpoint, key, fp, http.StatusCreated,
 		func(v any) string { return webhookEndpointLocation(v.(orchestrator.WebhookEndpoint).ID) },
 		func(ctx context.Context) (any, error) {
-			return s.svc.CreateWebhookEndpoint(ctx, p.TenantID, in, p.KeyID)
+			return s.svc.CreateWebhookEndpoint(ctx, owner, in, p.KeyID)
 		})
 }
 
-// listWebhookEndpoints: GET /v1/webhook_endpoints (merchant), the
-// tenant's endpoints, oldest first, without their secrets.
+// listWebhookEndpoints: GET /v1/webhook_endpoints (merchant: the tenant's
+// endpoints; finance, admin: the staff endpoints), oldest first, without
+// their secrets.
 func (s *Server) listWebhookEndpoints(c echo.Context) error {
 	eps, err := s.svc.ListWebhookEndpoints(c.Request().Context(), orchestrator.ScopeOf(principal(c)))
 	if err != nil {
@@ -106,7 +121,7 @@ func (s *Server) listWebhookEndpoints(c echo.Context) error {
 	return c.JSON(http.StatusOK, newList(eps, false))
 }
 
-// getWebhookEndpoint: GET /v1/webhook_endpoints/{id} (merchant), without
+// getWebhookEndpoint: GET /v1/webhook_endpoints/{id} (its owner), without
 // its secret. Errors: not_found.
 func (s *Server) getWebhookEndpoint(c echo.Context) error {
 	id, err := endpointID(c)
@@ -120,7 +135,7 @@ func (s *Server) getWebhookEndpoint(c echo.Context) error {
 	return c.JSON(http.StatusOK, ep)
 }
 
-// updateWebhookEndpoint: POST /v1/webhook_endpoints/{id} (merchant) with
+// updateWebhookEndpoint: POST /v1/webhook_endpoints/{id} (its owner) with
 // {"enabled": true|false}. Errors: validation_failed, not_found.
 func (s *Server) updateWebhookEndpoint(c echo.Context) error {
 	var req updateWebhookEndpointRequest
@@ -142,7 +157,7 @@ func (s *Server) updateWebhookEndpoint(c echo.Context) error {
 }
 
 // rotateWebhookSecret: POST /v1/webhook_endpoints/{id}/rotate_secret
-// (merchant), body empty or {}: 200 with the endpoint and its new secret.
+// (its owner), body empty or {}: 200 with the endpoint and its new secret.
 // Errors: not_found.
 func (s *Server) rotateWebhookSecret(c echo.Context) error {
 	key, fp, err := keyedRequest(c, opRotateWebhookSecret, map[string]string{"id": c.Param("id")}, &emptyRequest{})
@@ -159,7 +174,7 @@ func (s *Server) rotateWebhookSecret(c echo.Context) error {
 	})
 }
 
-// deleteWebhookEndpoint: DELETE /v1/webhook_endpoints/{id} (merchant): 200
+// deleteWebhookEndpoint: DELETE /v1/webhook_endpoints/{id} (its owner): 200
 // with the endpoint, deleted. It takes no query parameters. Errors:
 // validation_failed (a query parameter), not_found.
 func (s *Server) deleteWebhookEndpoint(c echo.Context) error {

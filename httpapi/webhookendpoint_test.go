@@ -15,7 +15,7 @@ import (
 // webhookEndpoint is the API's WebhookEndpoint, as far as tests read it.
 type webhookEndpoint struct {
 	ID             string  `json:"id"`
-	TenantID       int64   `json:"tenant_id"`
+	TenantID       *int64  `json:"tenant_id"`
 	Enabled        bool    `json:"enabled"`
 	DisabledReason *string `json:"disabled_reason"`
 	Deleted        bool    `json:"deleted"`
@@ -54,7 +54,7 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 		t.Fatalf("create: %d %s", res.StatusCode, b)
 	}
 	ep := decode[webhookEndpoint](t, b)
-	if !strings.HasPrefix(ep.Secret, "whsec_") || ep.TenantID != e.tenant || !ep.Enabled {
+	if !strings.HasPrefix(ep.Secret, "whsec_") || ep.TenantID == nil || *ep.TenantID != e.tenant || !ep.Enabled {
 		t.Fatalf("created %s", b)
 	}
 	path := "/v1/webhook_endpoints/" + ep.ID
@@ -88,19 +88,100 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 		}
 	})
 
-	t.Run("OnlyMerchantsManageEndpoints", func(t *testing.T) {
-		for _, role := range []orchestrator.Role{orchestrator.RoleSupport, orchestrator.RoleFinance, orchestrator.RoleAdmin} {
+	t.Run("StaffManageOnlyStaffEndpoints", func(t *testing.T) {
+		support := e.keys[orchestrator.RoleSupport]
+		res, body := e.post(t, "/v1/webhook_endpoints", support, "wh-support", create)
+		wantProblem(t, res, body, 403, "forbidden")
+		res, body = e.get(t, "/v1/webhook_endpoints", support)
+		wantProblem(t, res, body, 403, "forbidden")
+		res, body = e.get(t, path, support)
+		wantProblem(t, res, body, 403, "forbidden")
+
+		staffCreate := `{"url":"https://example.com/finance","event_types":["reconciliation.run.completed"]}`
+		for _, role := range []orchestrator.Role{orchestrator.RoleFinance, orchestrator.RoleAdmin} {
 			key := e.keys[role]
+			// Payment events are no staff endpoint's.
 			res, body := e.post(t, "/v1/webhook_endpoints", key, "wh-staff-"+string(role), create)
-			wantProblem(t, res, body, 403, "forbidden")
-			res, body = e.get(t, "/v1/webhook_endpoints", key)
-			wantProblem(t, res, body, 403, "forbidden")
+			if p := wantProblem(t, res, body, 400, "validation_failed"); p.Param != "event_types[0]" {
+				t.Fatalf("%s subscribes to payment events: param %q", role, p.Param)
+			}
+			// A merchant's endpoint is not staff's.
 			res, body = e.get(t, path, key)
-			wantProblem(t, res, body, 403, "forbidden")
+			wantProblem(t, res, body, 404, "not_found")
+			res, body = e.post(t, path, key, "wh-off-"+string(role), `{"enabled":false}`)
+			wantProblem(t, res, body, 404, "not_found")
 			res, body = e.post(t, path+"/rotate_secret", key, "wh-rot-"+string(role), "")
-			wantProblem(t, res, body, 403, "forbidden")
+			wantProblem(t, res, body, 404, "not_found")
 			res, body = e.do(t, "DELETE", path, key, nil, nil)
-			wantProblem(t, res, body, 403, "forbidden")
+			wantProblem(t, res, body, 404, "not_found")
+			res, body = e.get(t, "/v1/webhook_endpoints", key)
+			for _, got := range decode[listOf[webhookEndpoint]](t, body).Data {
+				if res.StatusCode != 200 || got.TenantID != nil {
+					t.Fatalf("%s lists %d %s", role, res.StatusCode, body)
+				}
+			}
+		}
+		finance := e.keys[orchestrator.RoleFinance]
+		res, body = e.post(t, "/v1/webhook_endpoints", finance, "wh-finance", staffCreate)
+		staffEP := decode[webhookEndpoint](t, body)
+		if res.StatusCode != 201 || staffEP.TenantID != nil || !strings.HasPrefix(staffEP.Secret, "whsec_") {
+			t.Fatalf("finance creates: %d %s", res.StatusCode, body)
+		}
+		res, body = e.get(t, "/v1/webhook_endpoints", e.keys[orchestrator.RoleAdmin])
+		if l := decode[listOf[webhookEndpoint]](t, body).Data; res.StatusCode != 200 || len(l) != 1 || l[0].ID != staffEP.ID {
+			t.Fatalf("admin lists %d %s", res.StatusCode, body)
+		}
+		// A merchant neither sees it nor subscribes to staff events.
+		res, body = e.get(t, "/v1/webhook_endpoints/"+staffEP.ID, merchant)
+		wantProblem(t, res, body, 404, "not_found")
+		res, body = e.post(t, "/v1/webhook_endpoints", merchant, "wh-m-rec", staffCreate)
+		if p := wantProblem(t, res, body, 400, "validation_failed"); p.Param != "event_types[0]" {
+			t.Fatalf("a merchant subscribes to reconciliation events: param %q", p.Param)
+		}
+
+		// A run that finishes writes a staff event: finance reads it, a
+		// merchant and support get a 404, and it is delivered to the
+		// staff endpoint.
+		var runID int64
+		if err := e.pool.QueryRow(ctx, `
+			INSERT INTO reconciliation_runs (provider, business_date, version, trigger, time_zone, window_start,
+				window_end, grace_seconds, started_at)
+			VALUES ('fake', '2026-01-01', 1, 'api', 'UTC', '2026-01-01', '2026-01-02', 0, now()) RETURNING id`).Scan(&runID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE reconciliation_runs SET status = 'succeeded', finished_at = now(),
+			local_count = 3 WHERE id = $1`, runID); err != nil {
+			t.Fatal(err)
+		}
+		res, body = e.get(t, "/v1/events?type=reconciliation.run.completed", finance)
+		evs := decode[listOf[struct {
+			ID       string `json:"id"`
+			TenantID *int64 `json:"tenant_id"`
+			Data     struct {
+				ID         int64 `json:"id"`
+				LocalCount int64 `json:"local_count"`
+			} `json:"data"`
+		}]](t, body).Data
+		if res.StatusCode != 200 || len(evs) != 1 || evs[0].TenantID != nil || evs[0].Data.ID != runID || evs[0].Data.LocalCount != 3 {
+			t.Fatalf("finance lists %d %s", res.StatusCode, body)
+		}
+		evPath := "/v1/events/" + evs[0].ID
+		if res, body := e.get(t, evPath, finance); res.StatusCode != 200 {
+			t.Fatalf("finance reads %d %s", res.StatusCode, body)
+		}
+		for _, key := range []string{merchant, support} {
+			res, body := e.get(t, evPath, key)
+			wantProblem(t, res, body, 404, "not_found")
+			res, body = e.get(t, "/v1/events?type=reconciliation.run.completed", key)
+			if res.StatusCode != 200 || len(decode[listOf[webhookEndpoint]](t, body).Data) != 0 {
+				t.Fatalf("lists a staff event: %d %s", res.StatusCode, body)
+			}
+		}
+		if n := e.count(t, `SELECT count(*) FROM webhook_deliveries WHERE event_id = $1 AND endpoint_id = $2`, evs[0].ID, staffEP.ID); n != 1 {
+			t.Fatalf("%d deliveries to the staff endpoint", n)
+		}
+		if n := e.count(t, `SELECT count(*) FROM webhook_deliveries WHERE event_id = $1`, evs[0].ID); n != 1 {
+			t.Fatalf("%d deliveries of the staff event", n)
 		}
 	})
 

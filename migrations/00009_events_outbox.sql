@@ -18,11 +18,17 @@
 -- object is the payment as the change left it, in the API's shape
 -- (orchestrator.Payment; TestOutbox checks that the last event's is the
 -- payment as GET /v1/payments/{id} answers it).
+--
+-- Staff events have no tenant: a reconciliation run that finishes
+-- (succeeded or failed) writes one, in the transaction that records its
+-- final status (the trigger on reconciliation_runs below), delivered to
+-- the staff endpoints (tenant_id NULL, created by finance) that want it.
 
 -- +goose Up
 CREATE TABLE events (
     id         text        NOT NULL,
-    -- NULL for staff events (none yet: reconciliation runs come later).
+    -- NULL for staff events (reconciliation.run.…, and
+    -- webhook_endpoint.disabled for a staff endpoint).
     tenant_id  bigint,
     type       text        NOT NULL,
     -- payment_id is set for the events of a payment and of its captures,
@@ -41,16 +47,19 @@ CREATE TABLE events (
     CONSTRAINT events_sequence_check CHECK (sequence > 0 AND payment_id IS NOT NULL OR sequence IS NULL)
 );
 
--- The events API lists a tenant's events newest first.
+-- The events API lists a tenant's events (or the staff events, tenant_id
+-- IS NULL) newest first.
 CREATE INDEX events_tenant_created_idx ON events (tenant_id, created_at DESC, id DESC);
 
--- A tenant's webhook endpoints: where its events are delivered. secret
+-- Webhook endpoints: where a tenant's events (or, for a staff endpoint,
+-- tenant_id NULL, the staff events) are delivered. secret
 -- signs every delivery (orchestrator/webhooksig); after a rotation the previous
 -- one keeps signing too until previous_secret_until. A deleted endpoint
 -- keeps its row (its deliveries' history) and receives nothing more.
 CREATE TABLE webhook_endpoints (
     id                    text        NOT NULL,
-    tenant_id             bigint      NOT NULL,
+    -- NULL for a staff endpoint (finance's): it receives staff events only.
+    tenant_id             bigint,
     url                   text        NOT NULL,
     -- The event types it receives; '{*}' is every type.
     event_types           text[]      NOT NULL,
@@ -197,7 +206,44 @@ CREATE TRIGGER payment_operations_outbox_born_ended
     FOR EACH ROW WHEN (NEW.status <> 'pending')
     EXECUTE FUNCTION payment_operations_outbox();
 
+-- +goose StatementBegin
+CREATE FUNCTION reconciliation_runs_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_id   text;
+    event_type text;
+BEGIN
+    event_id := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+    event_type := CASE NEW.status WHEN 'succeeded' THEN 'reconciliation.run.completed' ELSE 'reconciliation.run.failed' END;
+    -- The run's summary, in the shape of GET /v1/reconciliation/runs/{id}
+    -- (reconcile.Run) without totals, diff and requested_by.
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    VALUES (event_id, NULL, event_type, NULL, NULL, jsonb_build_object(
+        'id', NEW.id, 'object', 'reconciliation_run', 'provider', NEW.provider,
+        'business_date', NEW.business_date::text, 'version', NEW.version, 'trigger', NEW.trigger,
+        'status', NEW.status, 'started_at', NEW.started_at, 'finished_at', NEW.finished_at,
+        'local_count', NEW.local_count, 'provider_count', NEW.provider_count, 'matched_count', NEW.matched_count,
+        'discrepancy_count', NEW.discrepancy_count, 'category_counts', NEW.category_counts, 'error', NEW.error),
+        coalesce(NEW.finished_at, now()));
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
+    SELECT event_id, e.id, coalesce(NEW.finished_at, now()), coalesce(NEW.finished_at, now())
+    FROM webhook_endpoints e
+    WHERE e.tenant_id IS NULL AND e.enabled AND e.deleted_at IS NULL
+        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- A run's final status is written once (reconcile: finish, in the
+-- transaction of its findings; fail, in one statement), from running.
+CREATE TRIGGER reconciliation_runs_outbox
+    AFTER UPDATE OF status ON reconciliation_runs
+    FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status IN ('succeeded', 'failed'))
+    EXECUTE FUNCTION reconciliation_runs_outbox();
+
 -- +goose Down
+DROP TRIGGER reconciliation_runs_outbox ON reconciliation_runs;
+DROP FUNCTION reconciliation_runs_outbox();
 DROP TRIGGER payment_operations_outbox_born_ended ON payment_operations;
 DROP TRIGGER payment_operations_outbox_ended ON payment_operations;
 DROP FUNCTION payment_operations_outbox();

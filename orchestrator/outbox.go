@@ -1,10 +1,11 @@
 package orchestrator
 
-// Events for merchants (issue #15): the outbox. Each state change of a
-// payment and each new attempt writes one event in the same transaction as
-// the change (migration 00009's trigger on payment_events), so an event
-// exists exactly when its change committed. This file reads them; the
-// delivery worker, endpoints and signatures come next.
+// Events for merchants and staff (issue #15): the outbox. Each state
+// change of a payment and each new attempt writes one event in the same
+// transaction as the change (migration 00009's trigger on payment_events),
+// and so does each reconciliation run that finishes (its trigger on
+// reconciliation_runs), so an event exists exactly when its change
+// committed. This file reads them.
 
 import (
 	"context"
@@ -18,11 +19,13 @@ import (
 )
 
 // WebhookEvent is one event of the outbox: what happened to a payment,
-// with the payment as the change left it.
+// with the payment as the change left it, or to a reconciliation run.
 type WebhookEvent struct {
-	ID       string `json:"id" db:"id"`
-	Object   string `json:"object" db:"-"`
-	TenantID int64  `json:"tenant_id" db:"tenant_id"`
+	ID     string `json:"id" db:"id"`
+	Object string `json:"object" db:"-"`
+	// TenantID is the tenant the event belongs to; nil for a staff event
+	// (reconciliation.run.…), which only staff (finance) see.
+	TenantID *int64 `json:"tenant_id" db:"tenant_id"`
 	Type     string `json:"type" db:"type"`
 	// PaymentID is set for the events of a payment and of its captures,
 	// cancels and refunds; Sequence for the payment's own (payment.…).
@@ -31,16 +34,18 @@ type WebhookEvent struct {
 	// changes: a receiver that sees 3 after 5 keeps 5.
 	Sequence *int `json:"sequence" db:"sequence"`
 	// Data is the object as the change left it: the payment (a Payment's
-	// JSON), or the endpoint.
+	// JSON), the endpoint, or the reconciliation run's summary (id,
+	// provider, business_date, version, status, counts, category_counts).
 	Data      json.RawMessage `json:"data" db:"object"`
 	CreatedAt time.Time       `json:"created_at" db:"created_at"`
 }
 
 // EventTypes are the types of events: one per payment state, one per new
-// attempt, one per end of a capture, cancel or refund, and an endpoint
-// disabled after failing for 3 days.
+// attempt, one per end of a capture, cancel or refund, an endpoint
+// disabled after failing for 3 days, and the staff events of
+// ReconciliationEventTypes.
 var EventTypes = func() []string {
-	out := make([]string, 0, len(Statuses)+1)
+	out := make([]string, 0, len(Statuses)+4)
 	for _, st := range Statuses {
 		out = append(out, "payment."+string(st))
 	}
@@ -48,8 +53,26 @@ var EventTypes = func() []string {
 	for _, kind := range []string{"capture", "cancel", "refund"} {
 		out = append(out, kind+".succeeded", kind+".failed")
 	}
-	return append(out, "webhook_endpoint.disabled")
+	out = append(out, EventEndpointDisabled)
+	return append(out, ReconciliationEventTypes...)
 }()
+
+// EventEndpointDisabled is the type of the event of an endpoint disabled
+// after failing for 3 days: a tenant's for its endpoints, a staff event
+// for a staff endpoint.
+const EventEndpointDisabled = "webhook_endpoint.disabled"
+
+// ReconciliationEventTypes are the types of the staff events, one per
+// reconciliation run that finishes, written in the transaction of its
+// final status: completed (succeeded, with its counts) or failed (with a
+// reason fit for finance). They have no tenant: only staff endpoints
+// receive them and only staff (finance) read them.
+var ReconciliationEventTypes = []string{"reconciliation.run.completed", "reconciliation.run.failed"}
+
+// eventVisible is the condition on events (and their tenant_id) of what
+// @tenant_id and @staff (a Scope) may see: a tenant its own events, staff
+// every tenant's, and finance (Staff) the staff events too.
+const eventVisible = `(tenant_id = @tenant_id OR (@tenant_id::bigint = 0 AND tenant_id IS NOT NULL) OR (@staff AND tenant_id IS NULL))`
 
 // EventFilter selects a page of events, newest first.
 type EventFilter struct {
@@ -69,14 +92,16 @@ var eventIDRE = regexp.MustCompile(`^evt_[0-9a-f]{32}$`)
 // eventColumns is what every statement reading events returns.
 const eventColumns = `id, tenant_id, type, payment_id, sequence, object, created_at`
 
-// GetEvent returns one event visible in scope. Errors: not_found.
+// GetEvent returns one event visible in scope (a merchant's: its tenant's;
+// support's: every tenant's; finance's: the staff events too). Errors:
+// not_found.
 func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEvent, error) {
 	if !eventIDRE.MatchString(id) {
 		return WebhookEvent{}, Errorf(CodeNotFound, "no event %q", id)
 	}
 	const q = `SELECT ` + eventColumns + ` FROM events
-		WHERE id = @id AND tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID})
+		WHERE id = @id AND ` + eventVisible
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
 	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[WebhookEvent])
 	if isNoRows(err) {
 		return WebhookEvent{}, Errorf(CodeNotFound, "no event %q", id)
@@ -115,7 +140,7 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 	}
 	const q = `
 		SELECT ` + eventColumns + ` FROM events
-		WHERE tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+		WHERE ` + eventVisible + `
 		  AND (@type::text = '' OR type = @type)
 		  AND (@payment_id::text = '' OR payment_id = @payment_id)
 		  AND (@delivered::boolean IS NULL
@@ -125,7 +150,8 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 		  AND (@cursor_at::timestamptz IS NULL OR (created_at, id) < (@cursor_at, @cursor_id::text))
 		ORDER BY created_at DESC, id DESC
 		LIMIT @limit`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "type": f.Type, "payment_id": f.PaymentID, "delivered": f.Delivered,
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff, "type": f.Type, "payment_id": f.PaymentID,
+		"delivered": f.Delivered,
 		"cursor_at": cursorAt, "cursor_id": cursorID, "limit": f.Limit + 1})
 	evs, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookEvent])
 	if err != nil {

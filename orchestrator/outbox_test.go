@@ -53,7 +53,7 @@ func TestOutbox(t *testing.T) {
 		var got []string
 		for i, ev := range evs {
 			got = append(got, fmt.Sprintf("%d %s", *ev.Sequence, ev.Type))
-			if *ev.Sequence != i+1 || ev.TenantID != e.tenant || *ev.PaymentID != p.ID || ev.Object != "event" {
+			if *ev.Sequence != i+1 || ev.TenantID == nil || *ev.TenantID != e.tenant || *ev.PaymentID != p.ID || ev.Object != "event" {
 				t.Fatalf("event %d: %+v", i, ev)
 			}
 			var snap orchestrator.Payment

@@ -177,12 +177,21 @@ func operationID(prefix string, tenantID int64, operation, key string) string {
 
 // Scope says whose payments a read may see: a merchant's own tenant
 // (TenantID > 0) or every tenant (staff, TenantID == 0).
-type Scope struct{ TenantID int64 }
+type Scope struct {
+	TenantID int64
+	// Staff also sees what belongs to no tenant: the staff events
+	// (reconciliation.run.…) and the staff webhook endpoints. It is set
+	// for finance and admin keys, the roles of reconciliation.
+	Staff bool
+}
 
 // ScopeOf is the read scope of p.
 func ScopeOf(p Principal) Scope {
-	if p.Role == RoleMerchant {
+	switch p.Role {
+	case RoleMerchant:
 		return Scope{TenantID: p.TenantID}
+	case RoleFinance, RoleAdmin:
+		return Scope{Staff: true}
 	}
 	return Scope{}
 }

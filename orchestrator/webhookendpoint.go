@@ -2,6 +2,10 @@ package orchestrator
 
 // Webhook endpoints (issue #15): where a tenant's events are delivered,
 // each with the secret that signs its deliveries (orchestrator/webhooksig).
+// Staff endpoints (finance's, with no tenant) receive the staff events:
+// reconciliation runs finishing (ReconciliationEventTypes), and the
+// disabling of a staff endpoint; merchants' endpoints receive their
+// tenant's events and never the staff ones.
 // This file manages the endpoints and reads and resets their deliveries;
 // the delivery worker sends them.
 
@@ -22,11 +26,13 @@ import (
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
-// WebhookEndpoint is a URL a tenant receives its events at.
+// WebhookEndpoint is a URL a tenant receives its events at, or, for a
+// staff endpoint, finance receives the staff events at.
 type WebhookEndpoint struct {
-	ID       string `json:"id" db:"id"`
-	Object   string `json:"object" db:"-"`
-	TenantID int64  `json:"tenant_id" db:"tenant_id"`
+	ID     string `json:"id" db:"id"`
+	Object string `json:"object" db:"-"`
+	// TenantID is the owning tenant; nil for a staff endpoint.
+	TenantID *int64 `json:"tenant_id" db:"tenant_id"`
 	URL      string `json:"url" db:"url"`
 	// EventTypes are the types it receives (EventTypes); "*" is all.
 	EventTypes  []string `json:"event_types" db:"event_types"`
@@ -58,7 +64,7 @@ type WebhookEndpointInput struct {
 // Bounds of webhook endpoints.
 const (
 	// MaxWebhookEndpoints is how many endpoints (not deleted) a tenant
-	// may have.
+	// may have, and staff too.
 	MaxWebhookEndpoints = 20
 	// maxWebhookURLLen bounds an endpoint's URL, in bytes.
 	maxWebhookURLLen = 2048
@@ -96,11 +102,13 @@ func ValidWebhookEndpointID(id string) bool {
 // 32 lowercase hex digits).
 func ValidEventID(id string) bool { return eventIDRE.MatchString(id) }
 
-// ValidateWebhookEndpoint checks in as CreateWebhookEndpoint does, without
-// touching the database, so a caller can refuse bad input before anything
-// is claimed. Errors: validation_failed naming url, event_types (or
-// event_types[i]) or description.
-func (s *Service) ValidateWebhookEndpoint(in WebhookEndpointInput) error {
+// ValidateWebhookEndpoint checks in as CreateWebhookEndpoint(tenantID)
+// does, without touching the database, so a caller can refuse bad input
+// before anything is claimed: a tenant's endpoint (tenantID > 0) may want
+// any type but the staff ones, a staff endpoint (tenantID 0) only
+// StaffEndpointEventTypes. Errors: validation_failed naming url,
+// event_types (or event_types[i]) or description.
+func (s *Service) ValidateWebhookEndpoint(tenantID int64, in WebhookEndpointInput) error {
 	if err := validateWebhookURL(in.URL, s.webhookAllowPrivate); err != nil {
 		return err
 	}
@@ -110,10 +118,11 @@ func (s *Service) ValidateWebhookEndpoint(in WebhookEndpointInput) error {
 	if len(in.EventTypes) > maxWebhookEventTypes {
 		return ParamError("event_types", "event_types lists at most %d types", maxWebhookEventTypes)
 	}
+	allowed := endpointEventTypes(tenantID)
 	for i, t := range in.EventTypes {
 		param := "event_types[" + strconv.Itoa(i) + "]"
-		if t != "*" && !slices.Contains(EventTypes, t) {
-			return ParamError(param, "event type must be \"*\" or one of %s", strings.Join(EventTypes, ", "))
+		if t != "*" && !slices.Contains(allowed, t) {
+			return ParamError(param, "event type must be \"*\" or one of %s", strings.Join(allowed, ", "))
 		}
 		if slices.Index(in.EventTypes, t) < i {
 			return ParamError(param, "event type %q is listed twice", t)
@@ -126,6 +135,21 @@ func (s *Service) ValidateWebhookEndpoint(in WebhookEndpointInput) error {
 		return ParamError("description", "description is longer than %d characters", maxWebhookDescription)
 	}
 	return nil
+}
+
+// StaffEndpointEventTypes are the types a staff endpoint may want ("*"
+// is all of them): the staff events.
+var StaffEndpointEventTypes = append([]string{EventEndpointDisabled}, ReconciliationEventTypes...)
+
+// endpointEventTypes are the types an endpoint of tenantID may want: the
+// staff ones for a staff endpoint (0), every other for a tenant's.
+func endpointEventTypes(tenantID int64) []string {
+	if tenantID == 0 {
+		return StaffEndpointEventTypes
+	}
+	return slices.DeleteFunc(slices.Clone(EventTypes), func(t string) bool {
+		return slices.Contains(ReconciliationEventTypes, t)
+	})
 }
 
 // storableText reports whether PostgreSQL can store s as text.
@@ -193,6 +217,11 @@ func privateHost(host string) bool {
 		addr.IsInterfaceLocalMulticast() || addr.IsMulticast() || addr.IsUnspecified()
 }
 
+// endpointVisible is the condition on webhook_endpoints of what @tenant_id
+// and @staff (a Scope) may see and change: a merchant its tenant's
+// endpoints, staff (finance) the staff endpoints only.
+const endpointVisible = `(tenant_id = @tenant_id OR (@staff AND tenant_id IS NULL))`
+
 // webhookEndpointColumns is what every statement reading endpoints returns.
 const webhookEndpointColumns = `id, tenant_id, url, event_types, description, enabled, disabled_reason,
 	failing_since, created_at, updated_at`
@@ -211,13 +240,13 @@ func collectEndpoint(rows pgx.Rows, id, what string) (WebhookEndpoint, error) {
 	return ep, nil
 }
 
-// CreateWebhookEndpoint registers a webhook endpoint for tenantID and
-// returns it with its signing secret, shown this once. createdBy is the
-// creating API key's id. Errors: validation_failed (ValidateWebhookEndpoint),
-// conflict (the tenant has MaxWebhookEndpoints already), not_found (no
-// such tenant).
+// CreateWebhookEndpoint registers a webhook endpoint for tenantID, or a
+// staff endpoint if tenantID is 0, and returns it with its signing secret,
+// shown this once. createdBy is the creating API key's id. Errors:
+// validation_failed (ValidateWebhookEndpoint), conflict (the tenant, or
+// staff, has MaxWebhookEndpoints already), not_found (no such tenant).
 func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in WebhookEndpointInput, createdBy string) (WebhookEndpoint, error) {
-	if err := s.ValidateWebhookEndpoint(in); err != nil {
+	if err := s.ValidateWebhookEndpoint(tenantID, in); err != nil {
 		return WebhookEndpoint{}, err
 	}
 	secret, err := webhooksig.NewSecret()
@@ -227,27 +256,22 @@ func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in 
 	var idb [16]byte
 	_, _ = rand.Read(idb[:]) // never fails on Linux (Go ≥ 1.24 panics instead)
 	id := webhookEndpointIDPrefix + hex.EncodeToString(idb[:])
-	// The tenant's row lock serializes creations, so the count holds.
-	const lockTenant = `SELECT id FROM tenants WHERE id = @tenant_id FOR NO KEY UPDATE`
 	const q = `
 		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, description, secret, created_by, created_at, updated_at)
-		SELECT @id, @tenant_id, @url, @event_types, @description, @secret, @created_by, @now, @now
-		WHERE (SELECT count(*) FROM webhook_endpoints WHERE tenant_id = @tenant_id AND deleted_at IS NULL) < @max
+		SELECT @id, nullif(@tenant_id::bigint, 0), @url, @event_types, @description, @secret, @created_by, @now, @now
+		WHERE (SELECT count(*) FROM webhook_endpoints WHERE ` + endpointVisible + ` AND deleted_at IS NULL) < @max
 		RETURNING ` + webhookEndpointColumns
 	var ep WebhookEndpoint
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var got int64
-		if err := tx.QueryRow(ctx, lockTenant, namedArgs{"tenant_id": tenantID}).Scan(&got); isNoRows(err) {
-			return Errorf(CodeNotFound, "tenant %d does not exist", tenantID)
-		} else if err != nil {
-			return internalf("lock tenant: %w", err)
+		if err := lockEndpointOwner(ctx, tx, tenantID); err != nil {
+			return err
 		}
-		rows, _ := tx.Query(ctx, q, namedArgs{"id": id, "tenant_id": tenantID, "url": in.URL, "event_types": in.EventTypes,
+		rows, _ := tx.Query(ctx, q, namedArgs{"id": id, "tenant_id": tenantID, "staff": tenantID == 0, "url": in.URL, "event_types": in.EventTypes,
 			"description": in.Description, "secret": secret, "created_by": createdBy, "now": s.now(), "max": MaxWebhookEndpoints})
 		var err error
 		ep, err = collectEndpoint(rows, id, "create")
 		if ErrorCode(err) == CodeNotFound {
-			return Errorf(CodeConflict, "a tenant has at most %d webhook endpoints: delete one first", MaxWebhookEndpoints)
+			return Errorf(CodeConflict, "a tenant (or staff) has at most %d webhook endpoints: delete one first", MaxWebhookEndpoints)
 		}
 		return err
 	})
@@ -258,13 +282,35 @@ func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in 
 	return ep, nil
 }
 
+// lockEndpointOwner serializes the creations of endpoints of tenantID (0:
+// staff) until tx ends, so the count of its endpoints holds: the tenant's
+// row lock, or for staff an advisory lock. Errors: not_found (no such
+// tenant), internal.
+func lockEndpointOwner(ctx context.Context, tx pgx.Tx, tenantID int64) error {
+	const lockTenant = `SELECT id FROM tenants WHERE id = @tenant_id FOR NO KEY UPDATE`
+	const lockStaff = `SELECT pg_advisory_xact_lock(hashtextextended('webhook_endpoints:staff', 0))`
+	if tenantID == 0 {
+		if _, err := tx.Exec(ctx, lockStaff); err != nil {
+			return internalf("lock staff endpoints: %w", err)
+		}
+		return nil
+	}
+	var got int64
+	if err := tx.QueryRow(ctx, lockTenant, namedArgs{"tenant_id": tenantID}).Scan(&got); isNoRows(err) {
+		return Errorf(CodeNotFound, "tenant %d does not exist", tenantID)
+	} else if err != nil {
+		return internalf("lock tenant: %w", err)
+	}
+	return nil
+}
+
 // ListWebhookEndpoints returns the endpoints (not deleted) visible in sc,
 // oldest first.
 func (s *Service) ListWebhookEndpoints(ctx context.Context, sc Scope) ([]WebhookEndpoint, error) {
 	const q = `SELECT ` + webhookEndpointColumns + ` FROM webhook_endpoints
-		WHERE deleted_at IS NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+		WHERE deleted_at IS NULL AND ` + endpointVisible + `
 		ORDER BY created_at, id`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID})
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff})
 	eps, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookEndpoint])
 	if err != nil {
 		return nil, internalf("list webhook endpoints: %w", err)
@@ -282,8 +328,8 @@ func (s *Service) GetWebhookEndpoint(ctx context.Context, sc Scope, id string) (
 		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
 	}
 	const q = `SELECT ` + webhookEndpointColumns + ` FROM webhook_endpoints
-		WHERE id = @id AND deleted_at IS NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID})
+		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
 	return collectEndpoint(rows, id, "read")
 }
 
@@ -301,9 +347,9 @@ func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string
 			disabled_reason = CASE WHEN @enabled THEN NULL WHEN enabled THEN @reason::text ELSE disabled_reason END,
 			failing_since = CASE WHEN @enabled THEN NULL ELSE failing_since END,
 			updated_at = @now
-		WHERE id = @id AND deleted_at IS NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible + `
 		RETURNING ` + webhookEndpointColumns
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "enabled": enabled,
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "enabled": enabled,
 		"reason": DisabledByOwner, "now": s.now()})
 	return collectEndpoint(rows, id, "update")
 }
@@ -318,14 +364,14 @@ func (s *Service) DeleteWebhookEndpoint(ctx context.Context, sc Scope, id string
 	const q = `
 		WITH deleted AS (
 			UPDATE webhook_endpoints SET deleted_at = @now, enabled = false, updated_at = @now
-			WHERE id = @id AND deleted_at IS NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+			WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible + `
 			RETURNING ` + webhookEndpointColumns + `
 		), given_up AS (
 			UPDATE webhook_deliveries SET status = 'failed'
 			WHERE endpoint_id = (SELECT id FROM deleted) AND status = 'pending'
 		)
 		SELECT ` + webhookEndpointColumns + ` FROM deleted`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "now": s.now()})
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "now": s.now()})
 	ep, err := collectEndpoint(rows, id, "delete")
 	if err != nil {
 		return WebhookEndpoint{}, err
@@ -350,10 +396,10 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, sc Scope, id string) 
 	const q = `
 		UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = @until,
 			secret = @secret, updated_at = @now
-		WHERE id = @id AND deleted_at IS NULL AND (@tenant_id::bigint = 0 OR tenant_id = @tenant_id)
+		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible + `
 		RETURNING ` + webhookEndpointColumns
 	now := s.now()
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "secret": secret, "now": now,
+	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "secret": secret, "now": now,
 		"until": now.Add(SecretRotationOverlap)})
 	ep, err := collectEndpoint(rows, id, "rotate")
 	if err != nil {

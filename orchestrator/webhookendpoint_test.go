@@ -60,48 +60,60 @@ func TestWebhookEndpointValidation(t *testing.T) {
 	for name, c := range map[string]struct {
 		in           orchestrator.WebhookEndpointInput
 		allowPrivate bool
+		staff        bool   // a staff endpoint (tenant 0), not tenant 1's
 		param        string // "" when valid
 	}{
-		"Valid":                 {in: webhookInput()},
-		"ValidTypes":            {in: webhookInput("payment.captured", "payment.refunded", "webhook_endpoint.disabled")},
-		"ValidPort":             {in: orchestrator.WebhookEndpointInput{URL: "https://hooks.example.com:8443/a?b=c", EventTypes: types("*")}},
-		"MissingURL":            {in: orchestrator.WebhookEndpointInput{EventTypes: types("*")}, param: "url"},
-		"RelativeURL":           {in: orchestrator.WebhookEndpointInput{URL: "/hooks", EventTypes: types("*")}, param: "url"},
-		"FTP":                   {in: orchestrator.WebhookEndpointInput{URL: "ftp://example.com/", EventTypes: types("*")}, param: "url"},
-		"HTTPRefused":           {in: orchestrator.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, param: "url"},
-		"HTTPAllowed":           {in: orchestrator.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, allowPrivate: true},
-		"NoHost":                {in: orchestrator.WebhookEndpointInput{URL: "https:///hooks", EventTypes: types("*")}, param: "url"},
-		"Opaque":                {in: orchestrator.WebhookEndpointInput{URL: "https:example.com", EventTypes: types("*")}, param: "url"},
-		"UserInfo":              {in: orchestrator.WebhookEndpointInput{URL: "https://u:p@example.com/", EventTypes: types("*")}, param: "url"},
-		"Fragment":              {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/#x", EventTypes: types("*")}, param: "url"},
-		"EmptyFragment":         {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/#", EventTypes: types("*")}, param: "url"},
-		"TooLong":               {in: orchestrator.WebhookEndpointInput{URL: long, EventTypes: types("*")}, param: "url"},
-		"Localhost":             {in: orchestrator.WebhookEndpointInput{URL: "https://localhost:8443/", EventTypes: types("*")}, param: "url"},
-		"SubLocalhost":          {in: orchestrator.WebhookEndpointInput{URL: "https://a.LOCALHOST./", EventTypes: types("*")}, param: "url"},
-		"Loopback":              {in: orchestrator.WebhookEndpointInput{URL: "https://127.0.0.1/", EventTypes: types("*")}, param: "url"},
-		"Private10":             {in: orchestrator.WebhookEndpointInput{URL: "https://10.1.2.3/", EventTypes: types("*")}, param: "url"},
-		"Private192":            {in: orchestrator.WebhookEndpointInput{URL: "https://192.168.0.1/", EventTypes: types("*")}, param: "url"},
-		"LinkLocalMetadata":     {in: orchestrator.WebhookEndpointInput{URL: "https://169.254.169.254/", EventTypes: types("*")}, param: "url"},
-		"Unspecified":           {in: orchestrator.WebhookEndpointInput{URL: "https://0.0.0.0/", EventTypes: types("*")}, param: "url"},
-		"IPv6Loopback":          {in: orchestrator.WebhookEndpointInput{URL: "https://[::1]:8443/", EventTypes: types("*")}, param: "url"},
-		"IPv6Mapped":            {in: orchestrator.WebhookEndpointInput{URL: "https://[::ffff:127.0.0.1]/", EventTypes: types("*")}, param: "url"},
-		"IPv6ULA":               {in: orchestrator.WebhookEndpointInput{URL: "https://[fd00::1]/", EventTypes: types("*")}, param: "url"},
-		"LoopbackAllowed":       {in: orchestrator.WebhookEndpointInput{URL: "http://127.0.0.1:9000/", EventTypes: types("*")}, allowPrivate: true},
-		"PublicAddress":         {in: orchestrator.WebhookEndpointInput{URL: "https://93.184.216.34/", EventTypes: types("*")}},
-		"NoTypes":               {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/"}, param: "event_types"},
-		"TooManyTypes":          {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: many}, param: "event_types"},
-		"UnknownType":           {in: webhookInput("payment.captured", "payment.exploded"), param: "event_types[1]"},
-		"RepeatedType":          {in: webhookInput("payment.captured", "payment.captured"), param: "event_types[1]"},
-		"DescriptionTooLong":    {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 201)}, param: "description"},
-		"DescriptionAtTheLimit": {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 200)}},
-		"DescriptionNUL":        {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: "a\x00b"}, param: "description"},
+		"Valid":                       {in: webhookInput()},
+		"ValidTypes":                  {in: webhookInput("payment.captured", "payment.refunded", "webhook_endpoint.disabled")},
+		"ValidPort":                   {in: orchestrator.WebhookEndpointInput{URL: "https://hooks.example.com:8443/a?b=c", EventTypes: types("*")}},
+		"MissingURL":                  {in: orchestrator.WebhookEndpointInput{EventTypes: types("*")}, param: "url"},
+		"RelativeURL":                 {in: orchestrator.WebhookEndpointInput{URL: "/hooks", EventTypes: types("*")}, param: "url"},
+		"FTP":                         {in: orchestrator.WebhookEndpointInput{URL: "ftp://example.com/", EventTypes: types("*")}, param: "url"},
+		"HTTPRefused":                 {in: orchestrator.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, param: "url"},
+		"HTTPAllowed":                 {in: orchestrator.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, allowPrivate: true},
+		"NoHost":                      {in: orchestrator.WebhookEndpointInput{URL: "https:///hooks", EventTypes: types("*")}, param: "url"},
+		"Opaque":                      {in: orchestrator.WebhookEndpointInput{URL: "https:example.com", EventTypes: types("*")}, param: "url"},
+		"UserInfo":                    {in: orchestrator.WebhookEndpointInput{URL: "https://u:p@example.com/", EventTypes: types("*")}, param: "url"},
+		"Fragment":                    {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/#x", EventTypes: types("*")}, param: "url"},
+		"EmptyFragment":               {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/#", EventTypes: types("*")}, param: "url"},
+		"TooLong":                     {in: orchestrator.WebhookEndpointInput{URL: long, EventTypes: types("*")}, param: "url"},
+		"Localhost":                   {in: orchestrator.WebhookEndpointInput{URL: "https://localhost:8443/", EventTypes: types("*")}, param: "url"},
+		"SubLocalhost":                {in: orchestrator.WebhookEndpointInput{URL: "https://a.LOCALHOST./", EventTypes: types("*")}, param: "url"},
+		"Loopback":                    {in: orchestrator.WebhookEndpointInput{URL: "https://127.0.0.1/", EventTypes: types("*")}, param: "url"},
+		"Private10":                   {in: orchestrator.WebhookEndpointInput{URL: "https://10.1.2.3/", EventTypes: types("*")}, param: "url"},
+		"Private192":                  {in: orchestrator.WebhookEndpointInput{URL: "https://192.168.0.1/", EventTypes: types("*")}, param: "url"},
+		"LinkLocalMetadata":           {in: orchestrator.WebhookEndpointInput{URL: "https://169.254.169.254/", EventTypes: types("*")}, param: "url"},
+		"Unspecified":                 {in: orchestrator.WebhookEndpointInput{URL: "https://0.0.0.0/", EventTypes: types("*")}, param: "url"},
+		"IPv6Loopback":                {in: orchestrator.WebhookEndpointInput{URL: "https://[::1]:8443/", EventTypes: types("*")}, param: "url"},
+		"IPv6Mapped":                  {in: orchestrator.WebhookEndpointInput{URL: "https://[::ffff:127.0.0.1]/", EventTypes: types("*")}, param: "url"},
+		"IPv6ULA":                     {in: orchestrator.WebhookEndpointInput{URL: "https://[fd00::1]/", EventTypes: types("*")}, param: "url"},
+		"LoopbackAllowed":             {in: orchestrator.WebhookEndpointInput{URL: "http://127.0.0.1:9000/", EventTypes: types("*")}, allowPrivate: true},
+		"PublicAddress":               {in: orchestrator.WebhookEndpointInput{URL: "https://93.184.216.34/", EventTypes: types("*")}},
+		"NoTypes":                     {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/"}, param: "event_types"},
+		"TooManyTypes":                {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: many}, param: "event_types"},
+		"UnknownType":                 {in: webhookInput("payment.captured", "payment.exploded"), param: "event_types[1]"},
+		"RepeatedType":                {in: webhookInput("payment.captured", "payment.captured"), param: "event_types[1]"},
+		"DescriptionTooLong":          {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 201)}, param: "description"},
+		"DescriptionAtTheLimit":       {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 200)}},
+		"DescriptionNUL":              {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: "a\x00b"}, param: "description"},
+		"MerchantWantsReconciliation": {in: webhookInput("payment.captured", "reconciliation.run.completed"), param: "event_types[1]"},
+		"MerchantWantsRunFailures":    {in: webhookInput("reconciliation.run.failed"), param: "event_types[0]"},
+		"StaffAll":                    {in: webhookInput(), staff: true},
+		"StaffReconciliation": {in: webhookInput("reconciliation.run.completed", "reconciliation.run.failed", "webhook_endpoint.disabled"),
+			staff: true},
+		"StaffWantsPayments": {in: webhookInput("reconciliation.run.completed", "payment.captured"), staff: true, param: "event_types[1]"},
+		"StaffURLChecked":    {in: orchestrator.WebhookEndpointInput{URL: "https://10.0.0.1/", EventTypes: types("*")}, staff: true, param: "url"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			svc := w.svc
 			if c.allowPrivate {
 				svc = private.svc
 			}
-			err := svc.ValidateWebhookEndpoint(c.in)
+			owner := int64(1)
+			if c.staff {
+				owner = 0
+			}
+			err := svc.ValidateWebhookEndpoint(owner, c.in)
 			if c.param == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -110,7 +122,7 @@ func TestWebhookEndpointValidation(t *testing.T) {
 			}
 			wantRefusal(t, err, orchestrator.CodeValidationFailed, c.param)
 			// Create refuses it the same way, and writes nothing.
-			_, err = svc.CreateWebhookEndpoint(context.Background(), 1, c.in, "key_test")
+			_, err = svc.CreateWebhookEndpoint(context.Background(), owner, c.in, "key_test")
 			wantRefusal(t, err, orchestrator.CodeValidationFailed, c.param)
 		})
 	}
@@ -129,7 +141,7 @@ func TestWebhookEndpoints(t *testing.T) {
 		if !strings.HasPrefix(ep.Secret, "whsec_") || len(ep.Secret) != len("whsec_")+43 {
 			t.Fatalf("secret %q", ep.Secret)
 		}
-		if ep.Object != "webhook_endpoint" || !ep.Enabled || ep.TenantID != e.tenant || !orchestrator.ValidWebhookEndpointID(ep.ID) {
+		if ep.Object != "webhook_endpoint" || !ep.Enabled || ep.TenantID == nil || *ep.TenantID != e.tenant || !orchestrator.ValidWebhookEndpointID(ep.ID) {
 			t.Fatalf("created %+v", ep)
 		}
 		list, err := e.svc.ListWebhookEndpoints(ctx, sc)
@@ -374,5 +386,95 @@ func TestWebhookSecretRotation(t *testing.T) {
 	}
 	if got, _ := e.svc.GetWebhookEndpoint(ctx, sc, ep.ID); got.Secret != "" {
 		t.Fatal("a read after rotation shows the secret")
+	}
+}
+
+// Staff endpoints (finance's, tenant_id NULL) are seen and changed by
+// staff only, never by a merchant or support, and receive no payment's
+// events, even with "*".
+func TestWebhookStaffEndpoints(t *testing.T) {
+	t.Parallel()
+	w := newMoneyWorld(t, 0) // staff endpoints are the database's: a world of its own
+	e := w.newTenant(t)
+	ctx := context.Background()
+	staff, merchant, support := orchestrator.Scope{Staff: true}, orchestrator.Scope{TenantID: e.tenant}, orchestrator.Scope{}
+	mine := e.endpoint(t)
+	runs, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput("reconciliation.run.completed"), "key_finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs.TenantID != nil || runs.Secret == "" {
+		t.Fatalf("staff endpoint %+v", runs)
+	}
+	all, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ids := func(sc orchestrator.Scope) []string {
+		t.Helper()
+		eps, err := e.svc.ListWebhookEndpoints(ctx, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ep := range eps {
+			out = append(out, ep.ID)
+		}
+		return out
+	}
+	if got, want := ids(staff), []string{runs.ID, all.ID}; !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+		t.Fatalf("staff list %q", got)
+	}
+	if got := ids(merchant); !slices.Equal(got, []string{mine.ID}) {
+		t.Fatalf("merchant list %q", got)
+	}
+	if got := ids(support); len(got) != 0 {
+		t.Fatalf("support lists %q", got)
+	}
+	for _, c := range []struct {
+		who string
+		sc  orchestrator.Scope
+		id  string
+	}{{"merchant", merchant, runs.ID}, {"support", support, runs.ID}, {"staff", staff, mine.ID}} {
+		for name, do := range map[string]func() error{
+			"get":    func() error { _, err := e.svc.GetWebhookEndpoint(ctx, c.sc, c.id); return err },
+			"rotate": func() error { _, err := e.svc.RotateWebhookSecret(ctx, c.sc, c.id); return err },
+			"update": func() error { _, err := e.svc.UpdateWebhookEndpoint(ctx, c.sc, c.id, false); return err },
+			"delete": func() error { _, err := e.svc.DeleteWebhookEndpoint(ctx, c.sc, c.id); return err },
+		} {
+			if err := do(); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+				t.Fatalf("%s %s of another's endpoint: %v", c.who, name, err)
+			}
+		}
+	}
+	if off, err := e.svc.UpdateWebhookEndpoint(ctx, staff, runs.ID, false); err != nil || off.Enabled {
+		t.Fatalf("staff disables its endpoint: %+v %v", off, err)
+	}
+	if rot, err := e.svc.RotateWebhookSecret(ctx, staff, runs.ID); err != nil || rot.Secret == "" || rot.Secret == runs.Secret {
+		t.Fatalf("staff rotates its endpoint: %+v %v", rot, err)
+	}
+
+	// A payment's events go to the tenant's endpoint only.
+	p := e.authorized(t, "wh-staff", 1000)
+	want := []string{"payment.pending " + mine.ID + " pending", "payment.authorized " + mine.ID + " pending"}
+	if got := e.deliveryRows(t, p.ID); !slices.Equal(got, want) {
+		t.Fatalf("deliveries:\n got  %q\n want %q", got, want)
+	}
+
+	// Staff have 20 endpoints too, whatever the tenants have.
+	for range orchestrator.MaxWebhookEndpoints - 2 {
+		if _, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance")
+	wantRefusal(t, err, orchestrator.CodeConflict, "")
+	e.endpoint(t) // the tenant's count is its own
+	if _, err := e.svc.DeleteWebhookEndpoint(ctx, staff, all.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -91,7 +91,7 @@ type dueDelivery struct {
 	EndpointID          string          `db:"endpoint_id"`
 	Attempts            int             `db:"attempts"`
 	FirstDue            time.Time       `db:"first_due"`
-	TenantID            int64           `db:"tenant_id"`
+	TenantID            *int64          `db:"tenant_id"` // nil: a staff event
 	Type                string          `db:"type"`
 	PaymentID           *string         `db:"payment_id"`
 	Sequence            *int            `db:"sequence"`
@@ -134,8 +134,10 @@ const endpointHealthSQL = `
 
 // disableFailingSQL disables the endpoints failing for @give_up_after,
 // gives up their pending deliveries (a redelivery can send them again once
-// the endpoint is enabled) and those of deleted endpoints, and writes the webhook_endpoint.disabled event
-// of each, delivered to the tenant's other endpoints that want it.
+// the endpoint is enabled) and those of deleted endpoints, and writes the
+// webhook_endpoint.disabled event of each, delivered to the owner's other
+// endpoints that want it (a staff endpoint's event is a staff event, for
+// the other staff endpoints).
 const disableFailingSQL = `
 	WITH disabled AS (
 		UPDATE webhook_endpoints SET enabled = false, updated_at = @now,
@@ -162,7 +164,7 @@ const disableFailingSQL = `
 	)
 	INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
 	SELECT ev.id, w.id, @now, @now
-	FROM ev JOIN webhook_endpoints w ON w.tenant_id = ev.tenant_id
+	FROM ev JOIN webhook_endpoints w ON w.tenant_id IS NOT DISTINCT FROM ev.tenant_id
 	WHERE w.enabled AND w.deleted_at IS NULL AND w.id <> ev.object->>'id'
 		AND ('*' = ANY (w.event_types) OR ev.type = ANY (w.event_types))`
 

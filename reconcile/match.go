@@ -240,7 +240,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win windo
 	return st, nil
 }
 
-// finishRunSQL marks the run succeeded with its counts, totals and diff.
+// finishRunSQL marks the run succeeded with its counts, totals and diff;
+// the status change writes the run's reconciliation.run.completed event
+// and its deliveries in the same transaction (migration 00009's trigger).
 const finishRunSQL = `
 	UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
 		local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,

@@ -338,8 +338,11 @@ func (r *Reconciler) fail(ctx context.Context, logger *slog.Logger, run Run, cau
 	logger.ErrorContext(ctx, "reconciliation failed", "error", cause, "reason", reason)
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failTimeout)
 	defer cancel()
+	// Only a running run fails: a commit that succeeded but whose answer
+	// was lost leaves the run succeeded. The status change writes the
+	// run's reconciliation.run.failed event (migration 00009's trigger).
 	_, uerr := r.pool.Exec(fctx, `UPDATE reconciliation_runs SET status = 'failed', error = $2,
-		finished_at = $3, lease_until = NULL WHERE id = $1`, run.ID, reason, r.now())
+		finished_at = $3, lease_until = NULL WHERE id = $1 AND status = 'running'`, run.ID, reason, r.now())
 	if uerr != nil {
 		logger.ErrorContext(ctx, "recording a failed reconciliation", "error", uerr)
 	}

@@ -1,0 +1,250 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooksig"
+	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/reconcile"
+)
+
+// runSummary is the data of a reconciliation.run.… event.
+type runSummary struct {
+	ID               int64            `json:"id"`
+	Object           string           `json:"object"`
+	Provider         string           `json:"provider"`
+	BusinessDate     string           `json:"business_date"`
+	Version          int              `json:"version"`
+	Status           string           `json:"status"`
+	LocalCount       int64            `json:"local_count"`
+	ProviderCount    int64            `json:"provider_count"`
+	MatchedCount     int64            `json:"matched_count"`
+	DiscrepancyCount int64            `json:"discrepancy_count"`
+	CategoryCounts   map[string]int64 `json:"category_counts"`
+	Error            *string          `json:"error"`
+}
+
+// staffEvents lists the staff events of type typ, as finance reads them.
+func (e *env) staffEvents(t *testing.T, typ string) []orchestrator.WebhookEvent {
+	t.Helper()
+	evs, _, err := e.svc.ListEvents(context.Background(), orchestrator.Scope{Staff: true},
+		orchestrator.EventFilter{Type: typ, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// A finished run writes exactly one event in the transaction of its final
+// status: completed with its counts when it succeeds, failed when its
+// transaction rolls back (and no completed event then). Its deliveries go
+// to the staff endpoints that want it, never to a merchant's; finance
+// reads it, a merchant and support get a 404.
+func TestReconciliationRunEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, fake.Config{})
+	e.aDay(t)
+	dropped := e.pay(t, 2000, "EUR", "", "capture:0")
+	if err := e.fc.Drift(ctx, fake.Drift{Kind: fake.DriftDrop, Ref: *dropped.ProviderRef}); err != nil {
+		t.Fatal(err)
+	}
+	in := func(types ...string) orchestrator.WebhookEndpointInput {
+		return orchestrator.WebhookEndpointInput{URL: "https://example.com/hooks", EventTypes: types}
+	}
+	merchantEP, err := e.svc.CreateWebhookEndpoint(ctx, e.tenant, in("*"), "key_merchant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allEP, err := e.svc.CreateWebhookEndpoint(ctx, 0, in("*"), "key_finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failuresEP, err := e.svc.CreateWebhookEndpoint(ctx, 0, in("reconciliation.run.failed"), "key_finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The first run's transaction fails at its commit, after the status
+	// (and its event) were written: nothing of it stays but the failure.
+	if _, err := e.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+		CREATE CONSTRAINT TRIGGER refuse_commit AFTER UPDATE ON reconciliation_runs
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.status = 'succeeded')
+			EXECUTE FUNCTION refuse_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Set(runTime)
+	if _, err := e.rec.Reconcile(ctx, "fake", day, reconcile.TriggerAPI, "test"); err == nil {
+		t.Fatal("the run did not fail")
+	}
+	if evs := e.staffEvents(t, "reconciliation.run.completed"); len(evs) != 0 {
+		t.Fatalf("a rolled back run wrote %+v", evs)
+	}
+	failed := e.staffEvents(t, "reconciliation.run.failed")
+	if len(failed) != 1 {
+		t.Fatalf("%d failed events, want 1", len(failed))
+	}
+	var fs runSummary
+	if err := json.Unmarshal(failed[0].Data, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Status != "failed" || fs.Version != 1 || fs.Error == nil || *fs.Error == "" || fs.Object != "reconciliation_run" {
+		t.Fatalf("failed run's event %s", failed[0].Data)
+	}
+	if _, err := e.pool.Exec(ctx, `DROP TRIGGER refuse_commit ON reconciliation_runs`); err != nil {
+		t.Fatal(err)
+	}
+
+	run, _ := e.run(t)
+	completed := e.staffEvents(t, "reconciliation.run.completed")
+	if len(completed) != 1 {
+		t.Fatalf("%d completed events, want 1", len(completed))
+	}
+	ev := completed[0]
+	if ev.TenantID != nil || ev.PaymentID != nil || ev.Sequence != nil || ev.Object != "event" {
+		t.Fatalf("event %+v", ev)
+	}
+	var got runSummary
+	if err := json.Unmarshal(ev.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := runSummary{ID: run.ID, Object: "reconciliation_run", Provider: "fake", BusinessDate: run.BusinessDate,
+		Version: 2, Status: "succeeded", LocalCount: run.LocalCount, ProviderCount: run.ProviderCount,
+		MatchedCount: run.MatchedCount, DiscrepancyCount: run.DiscrepancyCount, CategoryCounts: run.CategoryCounts}
+	if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
+		t.Fatalf("event data:\n got  %s\n want %s", g, w)
+	}
+	if run.LocalCount == 0 || run.DiscrepancyCount == 0 {
+		t.Fatalf("the day proves little: %+v", run)
+	}
+
+	// Deliveries: both events to the "*" staff endpoint, the failure to
+	// the other, none to the merchant's.
+	rows, err := e.pool.Query(ctx, `
+		SELECT e.type || ' ' || d.endpoint_id FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
+		WHERE e.tenant_id IS NULL OR d.endpoint_id <> $1 ORDER BY 1`, merchantEP.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deliveries []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		deliveries = append(deliveries, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantDeliveries := []string{"reconciliation.run.completed " + allEP.ID, "reconciliation.run.failed " + allEP.ID,
+		"reconciliation.run.failed " + failuresEP.ID}
+	slices.Sort(wantDeliveries)
+	if !slices.Equal(deliveries, wantDeliveries) {
+		t.Fatalf("deliveries:\n got  %q\n want %q", deliveries, wantDeliveries)
+	}
+
+	// Finance reads it; a merchant and support do not see it.
+	if got, err := e.svc.GetEvent(ctx, orchestrator.Scope{Staff: true}, ev.ID); err != nil || got.ID != ev.ID {
+		t.Fatalf("finance reads %+v %v", got, err)
+	}
+	for who, sc := range map[string]orchestrator.Scope{"merchant": {TenantID: e.tenant}, "support": {}} {
+		if _, err := e.svc.GetEvent(ctx, sc, ev.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+			t.Fatalf("%s reads a staff event: %v", who, err)
+		}
+		evs, _, err := e.svc.ListEvents(ctx, sc, orchestrator.EventFilter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.TenantID == nil {
+				t.Fatalf("%s lists a staff event %+v", who, ev)
+			}
+		}
+		if len(evs) == 0 {
+			t.Fatalf("%s lists no payment events", who)
+		}
+	}
+	// Finance lists the payments' events too, and the staff events.
+	all, _, err := e.svc.ListEvents(ctx, orchestrator.Scope{Staff: true}, orchestrator.EventFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staffN := 0
+	for _, ev := range all {
+		if ev.TenantID == nil {
+			staffN++
+		}
+	}
+	if staffN != 2 || staffN == len(all) {
+		t.Fatalf("finance lists %d staff events of %d", staffN, len(all))
+	}
+}
+
+// A staff event is delivered like any other: signed, with tenant_id null.
+func TestReconciliationRunEventDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, fake.Config{})
+	var mu sync.Mutex
+	var bodies [][]byte
+	var sigs []string
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies, sigs = append(bodies, b), append(sigs, r.Header.Get(webhooksig.Header))
+		mu.Unlock()
+	}))
+	t.Cleanup(recv.Close)
+	svc := orchestrator.NewService(orchestrator.Config{Pool: e.pool, Clock: e.clk.Now, WebhookAllowPrivate: true})
+	ep, err := svc.CreateWebhookEndpoint(ctx, 0, orchestrator.WebhookEndpointInput{URL: recv.URL,
+		EventTypes: []string{"reconciliation.run.completed"}}, "key_finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pay(t, 1000, "EUR", "")
+	run, _ := e.run(t)
+	st, err := svc.DeliverWebhooks(ctx)
+	if err != nil || st.Delivered != 1 {
+		t.Fatalf("delivered %+v %v", st, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 1 {
+		t.Fatalf("%d requests", len(bodies))
+	}
+	if err := webhooksig.Verify(sigs[0], bodies[0], ep.Secret, 5*time.Minute, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Type     string     `json:"type"`
+		TenantID *int64     `json:"tenant_id"`
+		Data     runSummary `json:"data"`
+	}
+	if err := json.Unmarshal(bodies[0], &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Type != "reconciliation.run.completed" || got.TenantID != nil || got.Data.ID != run.ID || got.Data.LocalCount != run.LocalCount {
+		t.Fatalf("body %s", bodies[0])
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
