@@ -190,9 +190,11 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 	// A webhook endpoint on loopback, so deliveries happen (and their
 	// metrics exist).
 	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	const hookSecret = "whsec_ObservabilityTestSecret_Qx7vLm2Rk9Tz4Wp1Hs8Nd3Fb6Yc0Ge5"
+
 	t.Cleanup(hooks.Close)
 	if _, err := w.pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret, created_by, created_at, updated_at)
-		VALUES ('we_obs', $1, $2, '{*}', 'whsec_obs', 'test', now(), now())`, w.tenant, hooks.URL); err != nil {
+		VALUES ('we_obs', $1, $2, '{*}', $3, 'test', now(), now())`, w.tenant, hooks.URL, hookSecret); err != nil {
 		t.Fatal(err)
 	}
 	srv := startServe(t, w.env(map[string]string{
@@ -414,6 +416,9 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 			if strings.Contains(logs, secret) || strings.Contains(exposition, secret) {
 				t.Fatal("an API key's secret is in the logs or the metrics")
 			}
+		}
+		if strings.Contains(logs, hookSecret) || strings.Contains(exposition, hookSecret) {
+			t.Fatal("a webhook endpoint's secret is in the logs or the metrics")
 		}
 	})
 }
