@@ -17,19 +17,11 @@ import (
 // listEvents: GET /v1/events, newest first, cursor-paginated; tenant_id
 // (support, finance) narrows it to one tenant's events.
 func (s *Server) listEvents(c echo.Context) error {
-	pr := principal(c)
-	sc := orchestrator.ScopeOf(pr)
-	q := c.QueryParams()
-	if raw := q.Get("tenant_id"); raw != "" {
-		if pr.Role == orchestrator.RoleMerchant {
-			return orchestrator.ParamError("tenant_id", "a merchant key reads its own tenant only; omit tenant_id")
-		}
-		id, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || id <= 0 {
-			return orchestrator.ParamError("tenant_id", "tenant_id must be a positive integer")
-		}
-		sc = orchestrator.Scope{TenantID: id} // that tenant's events, not the staff ones
+	sc, err := readScope(c)
+	if err != nil {
+		return err
 	}
+	q := c.QueryParams()
 	f := orchestrator.EventFilter{Type: q.Get("type")}
 	if v := q.Get("payment_id"); v != "" {
 		if !validID(v) {

@@ -183,22 +183,35 @@ func (s *Server) paymentAttempts(c echo.Context) error {
 	return c.JSON(http.StatusOK, newList(as, false))
 }
 
+// readScope is the read scope of the caller, narrowed to one tenant by a
+// tenant_id query parameter (support and finance; a merchant always reads
+// its own tenant, and only that: its tenant_id is refused). A tenant_id
+// scope holds that tenant's objects only, not the staff ones.
+func readScope(c echo.Context) (orchestrator.Scope, error) {
+	pr := principal(c)
+	sc := orchestrator.ScopeOf(pr)
+	raw := c.QueryParam("tenant_id")
+	if raw == "" {
+		return sc, nil
+	}
+	if pr.Role == orchestrator.RoleMerchant {
+		return sc, orchestrator.ParamError("tenant_id", "a merchant key reads its own tenant only; omit tenant_id")
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return sc, orchestrator.ParamError("tenant_id", "tenant_id must be a positive integer")
+	}
+	return orchestrator.Scope{TenantID: id}, nil
+}
+
 // listPayments: GET /v1/payments, by idempotency key or as a
 // cursor-paginated list.
 func (s *Server) listPayments(c echo.Context) error {
-	pr := principal(c)
-	sc := orchestrator.ScopeOf(pr)
-	q := c.QueryParams()
-	if raw := q.Get("tenant_id"); raw != "" {
-		if pr.Role == orchestrator.RoleMerchant {
-			return orchestrator.ParamError("tenant_id", "a merchant key reads its own tenant only; omit tenant_id")
-		}
-		id, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || id <= 0 {
-			return orchestrator.ParamError("tenant_id", "tenant_id must be a positive integer")
-		}
-		sc.TenantID = id
+	sc, err := readScope(c)
+	if err != nil {
+		return err
 	}
+	q := c.QueryParams()
 	if key, ok := q["idempotency_key"]; ok {
 		if err := orchestrator.ValidateIdempotencyKey(key[0], true); err != nil {
 			return orchestrator.ParamError("idempotency_key", "idempotency_key must be 1 to 255 printable ASCII characters")

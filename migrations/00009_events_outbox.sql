@@ -121,6 +121,20 @@ CREATE TABLE webhook_delivery_attempts (
         REFERENCES webhook_deliveries (event_id, endpoint_id)
 );
 
+-- webhook_fan_out writes the deliveries of a new event: one for each
+-- enabled endpoint of its tenant (NULL: the staff endpoints) that wants
+-- its type. Every writer of events calls it in the event's transaction.
+-- +goose StatementBegin
+CREATE FUNCTION webhook_fan_out(p_event_id text, p_tenant_id bigint, p_event_type text, p_at timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
+    SELECT p_event_id, e.id, p_at, p_at
+    FROM webhook_endpoints e
+    WHERE e.tenant_id IS NOT DISTINCT FROM p_tenant_id AND e.enabled AND e.deleted_at IS NULL
+        AND ('*' = ANY (e.event_types) OR p_event_type = ANY (e.event_types));
+$$;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 CREATE FUNCTION payments_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -144,11 +158,7 @@ BEGIN
         'description', NEW.description, 'metadata', NEW.metadata, 'failure_code', NEW.failure_code,
         'capture_before', NEW.capture_before, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at,
         'routing_version', NEW.routing_version, 'attempt', NEW.attempt), NEW.updated_at);
-    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
-    SELECT event_id, e.id, NEW.updated_at, NEW.updated_at
-    FROM webhook_endpoints e
-    WHERE e.tenant_id = NEW.tenant_id AND e.enabled AND e.deleted_at IS NULL
-        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
+    PERFORM webhook_fan_out(event_id, NEW.tenant_id, event_type, NEW.updated_at);
     RETURN NULL;
 END
 $$;
@@ -186,11 +196,7 @@ BEGIN
             'created_at', NEW.created_at, 'updated_at', NEW.updated_at),
         NEW.updated_at
     FROM payments p WHERE p.tenant_id = NEW.tenant_id AND p.id = NEW.payment_id;
-    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
-    SELECT event_id, e.id, NEW.updated_at, NEW.updated_at
-    FROM webhook_endpoints e
-    WHERE e.tenant_id = NEW.tenant_id AND e.enabled AND e.deleted_at IS NULL
-        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
+    PERFORM webhook_fan_out(event_id, NEW.tenant_id, event_type, NEW.updated_at);
     RETURN NULL;
 END
 $$;
@@ -224,11 +230,7 @@ BEGIN
         'local_count', NEW.local_count, 'provider_count', NEW.provider_count, 'matched_count', NEW.matched_count,
         'discrepancy_count', NEW.discrepancy_count, 'category_counts', NEW.category_counts, 'error', NEW.error),
         coalesce(NEW.finished_at, now()));
-    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
-    SELECT event_id, e.id, coalesce(NEW.finished_at, now()), coalesce(NEW.finished_at, now())
-    FROM webhook_endpoints e
-    WHERE e.tenant_id IS NULL AND e.enabled AND e.deleted_at IS NULL
-        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
+    PERFORM webhook_fan_out(event_id, NULL, event_type, coalesce(NEW.finished_at, now()));
     RETURN NULL;
 END
 $$;
@@ -250,6 +252,7 @@ DROP FUNCTION payment_operations_outbox();
 DROP TRIGGER payments_outbox_changed ON payments;
 DROP TRIGGER payments_outbox_created ON payments;
 DROP FUNCTION payments_outbox();
+DROP FUNCTION webhook_fan_out(text, bigint, text, timestamptz);
 DROP TABLE webhook_delivery_attempts;
 DROP TABLE webhook_deliveries;
 DROP TABLE webhook_endpoints;
