@@ -104,6 +104,8 @@ CREATE TABLE webhook_deliveries (
 );
 
 CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+-- An endpoint's pending deliveries, given up when it is disabled or deleted.
+CREATE INDEX webhook_deliveries_endpoint_pending_idx ON webhook_deliveries (endpoint_id) WHERE status = 'pending';
 
 -- Every attempt of a delivery: when, how long, what came back (the status,
 -- or the error, and the answer's first 1 KiB).

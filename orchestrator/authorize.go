@@ -249,6 +249,9 @@ const saveReferenceSQL = `
 // fails over: it settles an unknown outcome where the money may be.
 func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, counted, byRequest bool) (Outcome, error) {
 	for {
+		if s.providers[p.Provider] == nil {
+			return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
+		}
 		if !counted {
 			ok, err := s.dispatch(ctx, p)
 			if err != nil {
@@ -296,10 +299,7 @@ func (s *Service) resumeMoved(ctx context.Context, c *Claim, p Payment, byReques
 // its answer is saved at once (saveReferenceSQL) and set on the returned
 // hold, and on p, when the answer lacks it.
 func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold, providerCall, error) {
-	prov := s.providers[p.Provider]
-	if prov == nil {
-		return providers.Hold{}, providerCall{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
-	}
+	prov := s.providers[p.Provider] // configured: authorizeAtProvider checked
 	fwd := attemptKey(*p)
 	var saved string // the reference OnReference wrote
 	req := providers.AuthorizeRequest{

@@ -182,17 +182,21 @@ func (s *Service) DeliverWebhooks(ctx context.Context) (DeliveryStats, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, dueDeliverySQL, namedArgs{"now": now, "limit": webhookBatch})
 		due, err := pgx.CollectRows(rows, pgx.RowToStructByName[dueDelivery])
-		if err != nil || len(due) == 0 {
+		if err != nil {
 			return err
 		}
-		results := s.sendAll(ctx, due, now)
-		b := &pgx.Batch{}
-		for i, d := range due {
-			s.queueRecord(b, d, results[i], &st)
+		if len(due) > 0 {
+			results := s.sendAll(ctx, due, now)
+			b := &pgx.Batch{}
+			for i, d := range due {
+				s.queueRecord(b, d, results[i], &st)
+			}
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
 		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
+		// Every pass, even one with nothing due: an endpoint failing for
+		// 3 days is disabled whether or not a retry of it is due now.
 		_, err = tx.Exec(ctx, disableFailingSQL, namedArgs{"now": s.now(), "give_up_after": WebhookGiveUpAfter})
 		return err
 	})
