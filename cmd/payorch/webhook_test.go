@@ -52,8 +52,11 @@ func TestWebhooksSurviveACrashBeforeTheSend(t *testing.T) {
 	}
 	_, _ = first.cmd.Process.Wait()
 	events := w.count(t, `SELECT count(*) FROM events`)
-	if events != 6 || len(got) != 0 {
-		t.Fatalf("before the restart: %d events, %d delivered", events, len(got))
+	mu.Lock()
+	sent := len(got)
+	mu.Unlock()
+	if events != 6 || sent != 0 {
+		t.Fatalf("before the restart: %d events, %d delivered", events, sent)
 	}
 
 	startServe(t, w.env(map[string]string{"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true", "PAYORCH_WEBHOOK_INTERVAL": "100ms"}))
