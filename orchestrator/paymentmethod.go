@@ -1,7 +1,5 @@
 package orchestrator
 
-import "slices"
-
 // A payment method's shape is the provider's to judge: each adapter says
 // which it accepts (providers.Provider.CheckPaymentMethod), and the domain
 // asks the adapter of the connector a payment goes to.
@@ -29,15 +27,17 @@ func (s *Service) checkPaymentMethod(connector, pm string) error {
 // provider would accept pm but is disabled, the first enabled connector's
 // by name).
 func (s *Service) paymentMethodAccepted(pm string) error {
-	names := make([]string, 0, len(s.providers))
-	for name := range s.providers {
-		if s.connectorEnabled(name) {
-			names = append(names, name)
-		}
+	// Every authorization that names no provider asks, twice (httpapi and
+	// Authorize validate): the enabled default connector answers it
+	// without a look at the others.
+	if s.connectorEnabled(s.defaultProvider) && s.checkPaymentMethod(s.defaultProvider, pm) == nil {
+		return nil
 	}
-	slices.Sort(names)
 	var first error
-	for _, name := range names {
+	for _, name := range s.connectorNames() {
+		if !s.connectorEnabled(name) {
+			continue
+		}
 		err := s.checkPaymentMethod(name, pm)
 		if err == nil {
 			return nil
