@@ -557,7 +557,7 @@ func TestOpenAPIContract(t *testing.T) {
 			t.Fatalf("deliveries: %s", b)
 		}
 		res, b = ct.do(t, call{method: "GET", path: evPath + "/deliveries", apiKey: finance})
-		wantProblem(t, res, b, 403, "forbidden")
+		wantProblem(t, res, b, 404, "not_found")
 		res, b = ct.do(t, call{method: "DELETE", path: path, apiKey: merchant})
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: path, apiKey: merchant})

@@ -201,7 +201,10 @@ func (s *Server) routes() {
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
-	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
+	// Deliveries: a merchant's own, support every merchant's, finance and
+	// admin the staff events' (orchestrator.deliveriesVisible).
+	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance,
+		orchestrator.RoleAdmin)
 	v1.GET("/events/:id/deliveries", s.eventDeliveries, deliveryReaders)
 	v1.POST("/events/:id/redeliver", s.redeliverEvent, deliveryReaders)
 	// Merchants' endpoints, and finance's (admin's too, as reconciliation

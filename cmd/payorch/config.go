@@ -167,7 +167,8 @@ type config struct {
 	// webhookAllowPrivateSet says PAYORCH_WEBHOOK_ALLOW_PRIVATE was set.
 	webhookAllowPrivateSet bool
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
-	// idempotency keys are purged; 0 turns the sweeper off.
+	// idempotency keys are purged, and reconciliation runs whose instance
+	// died are recorded failed; 0 turns both sweepers off.
 	SweepInterval time.Duration
 	// ReconcileSchedule (PAYORCH_RECONCILE_SCHEDULE) is the cron spec of the
 	// daily reconciliation of yesterday; "off" disables it.

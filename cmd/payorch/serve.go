@@ -161,6 +161,18 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				}
 			}))
 	}
+	rec := newReconciler(cfg, backoffice, logger, provs, tel)
+	if cfg.SweepInterval > 0 {
+		// A run whose instance died is recorded failed, and announced.
+		workers = append(workers, orchestrator.NewWorker("abandoned-runs", cfg.SweepInterval, time.Minute, logger,
+			func(ctx context.Context) error {
+				n, err := rec.FailAbandoned(ctx)
+				if n > 0 {
+					logger.WarnContext(ctx, "abandoned reconciliation runs recorded failed", "count", n)
+				}
+				return err
+			}))
+	}
 	for _, w := range workers {
 		w.Start(context.WithoutCancel(ctx))
 	}
@@ -170,7 +182,6 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		}
 	}()
 
-	rec := newReconciler(cfg, backoffice, logger, provs, tel)
 	if cfg.ReconcileSchedule != "off" {
 		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
 		if err != nil {
