@@ -54,6 +54,11 @@ type Config struct {
 	// private, loopback and link-local addresses
 	// (PAYORCH_WEBHOOK_ALLOW_PRIVATE: development and tests).
 	WebhookAllowPrivate bool
+	// WebhookSenders is how many deliveries the delivery worker of this
+	// instance sends at once; 0 means DefaultWebhookSenders. Fewer
+	// senders drain a backlog more slowly and leave more of the machine
+	// to payments.
+	WebhookSenders int
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -89,6 +94,7 @@ type Service struct {
 	// webhookClient sends webhook deliveries (newWebhookClient).
 	webhookClient       *http.Client
 	webhookAllowPrivate bool
+	webhookSenders      int
 	providerTimeout     time.Duration
 	lease               time.Duration
 	keyTTL              time.Duration
@@ -119,6 +125,10 @@ func NewService(cfg Config) *Service {
 		s.maxAttempts = DefaultMaxAttempts
 	}
 	s.webhookAllowPrivate = cfg.WebhookAllowPrivate
+	s.webhookSenders = cfg.WebhookSenders
+	if s.webhookSenders <= 0 {
+		s.webhookSenders = DefaultWebhookSenders
+	}
 	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {

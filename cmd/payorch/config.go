@@ -164,6 +164,9 @@ type config struct {
 	// endpoints use http and reach private, loopback and link-local
 	// addresses; `dev` allows them unless set to false.
 	WebhookAllowPrivate bool
+	// WebhookSenders (PAYORCH_WEBHOOK_SENDERS) is how many deliveries the
+	// delivery worker sends at once, 1 to 256 (default 32).
+	WebhookSenders int
 	// webhookAllowPrivateSet says PAYORCH_WEBHOOK_ALLOW_PRIVATE was set.
 	webhookAllowPrivateSet bool
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
@@ -218,6 +221,7 @@ func defaultConfig() config {
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
 		WebhookInterval:  time.Second,
+		WebhookSenders:   orchestrator.DefaultWebhookSenders,
 
 		MaxAttempts: orchestrator.DefaultMaxAttempts,
 		Breaker:     orchestrator.DefaultBreaker,
@@ -309,6 +313,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
+	num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
 	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
 	c.webhookAllowPrivateSet = getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
 	str("PAYORCH_ENVIRONMENT", &c.Environment)
@@ -384,6 +389,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
 	case c.WebhookInterval < 0:
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
+	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
+		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
 	case c.StripeTimeout <= 0:

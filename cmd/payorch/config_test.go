@@ -247,6 +247,8 @@ func TestConnectorConfigErrors(t *testing.T) {
 		"MaxAttemptsZero":     {map[string]string{"PAYORCH_MAX_ATTEMPTS": "0"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
 		"MaxAttemptsEleven":   {map[string]string{"PAYORCH_MAX_ATTEMPTS": "11"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
 		"MaxAttemptsWord":     {map[string]string{"PAYORCH_MAX_ATTEMPTS": "three"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
+		"WebhookSendersZero":  {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "0"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
+		"WebhookSendersHuge":  {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "1000"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
 		"BreakerWindowShort":  {map[string]string{"PAYORCH_BREAKER_WINDOW": "500ms"}, []string{"PAYORCH_BREAKER_WINDOW"}},
 		"BreakerWindowLong":   {map[string]string{"PAYORCH_BREAKER_WINDOW": "25h"}, []string{"PAYORCH_BREAKER_WINDOW"}},
 		"BreakerWindowWord":   {map[string]string{"PAYORCH_BREAKER_WINDOW": "minute"}, []string{"PAYORCH_BREAKER_WINDOW"}},

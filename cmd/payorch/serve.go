@@ -253,6 +253,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		Connectors:          cfg.connectorOptions(),
 		MaxAttempts:         cfg.MaxAttempts,
 		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+		WebhookSenders:      cfg.WebhookSenders,
 		Breaker:             cfg.Breaker,
 		ProviderTimeout:     cfg.ProviderTimeout,
 		Lease:               cfg.IdempotencyLease,
