@@ -239,7 +239,7 @@ func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error 
 const lockPaymentSQL = `
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	FROM payments
 	WHERE tenant_id = @tenant_id AND id = @payment_id
 	FOR UPDATE`
@@ -365,7 +365,7 @@ const settleOperationSQL = `
 		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.request_hash, p.field_hashes
+			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.request_hash, p.field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -386,7 +386,7 @@ const settleOperationSQL = `
 	)
 	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.request_hash, p.field_hashes,
+		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.request_hash, p.field_hashes,
 		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
 	FROM p, o`
 

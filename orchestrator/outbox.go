@@ -49,7 +49,7 @@ var EventTypes = func() []string {
 	for _, st := range Statuses {
 		out = append(out, "payment."+string(st))
 	}
-	out = append(out, "payment.attempt_started")
+	out = append(out, "payment.attempt_started", EventHoldExpiring, EventHoldExtended)
 	for _, kind := range []string{"capture", "cancel", "refund"} {
 		out = append(out, kind+".succeeded", kind+".failed")
 	}

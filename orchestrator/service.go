@@ -54,6 +54,12 @@ type Config struct {
 	// private, loopback and link-local addresses
 	// (PAYORCH_WEBHOOK_ALLOW_PRIVATE: development and tests).
 	WebhookAllowPrivate bool
+	// HoldExpiringLead is how long before a hold's deadline the sweeper
+	// sends payment.hold_expiring; 0 means DefaultHoldExpiringLead.
+	HoldExpiringLead time.Duration
+	// HoldActionLead is how long before a hold's deadline the sweeper
+	// starts its on_expiry action; 0 means DefaultHoldActionLead.
+	HoldActionLead time.Duration
 	// WebhookSenders is how many deliveries the delivery worker of this
 	// instance sends at once; 0 means DefaultWebhookSenders. Fewer
 	// senders drain a backlog more slowly and leave more of the machine
@@ -95,6 +101,8 @@ type Service struct {
 	webhookClient       *http.Client
 	webhookAllowPrivate bool
 	webhookSenders      int
+	holdExpiringLead    time.Duration
+	holdActionLead      time.Duration
 	providerTimeout     time.Duration
 	lease               time.Duration
 	keyTTL              time.Duration
@@ -125,6 +133,13 @@ func NewService(cfg Config) *Service {
 		s.maxAttempts = DefaultMaxAttempts
 	}
 	s.webhookAllowPrivate = cfg.WebhookAllowPrivate
+	s.holdExpiringLead, s.holdActionLead = cfg.HoldExpiringLead, cfg.HoldActionLead
+	if s.holdExpiringLead <= 0 {
+		s.holdExpiringLead = DefaultHoldExpiringLead
+	}
+	if s.holdActionLead <= 0 {
+		s.holdActionLead = DefaultHoldActionLead
+	}
 	s.webhookSenders = cfg.WebhookSenders
 	if s.webhookSenders <= 0 {
 		s.webhookSenders = DefaultWebhookSenders

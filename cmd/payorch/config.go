@@ -164,6 +164,17 @@ type config struct {
 	// endpoints use http and reach private, loopback and link-local
 	// addresses; `dev` allows them unless set to false.
 	WebhookAllowPrivate bool
+	// HoldSweepInterval (PAYORCH_HOLD_SWEEP_INTERVAL) is how often the
+	// hold sweeper looks for holds to warn of, act on or expire; 0 turns it
+	// off.
+	HoldSweepInterval time.Duration
+	// HoldExpiringLead (PAYORCH_HOLD_EXPIRING_LEAD) is how long before a
+	// hold's deadline payment.hold_expiring is sent.
+	HoldExpiringLead time.Duration
+	// HoldActionLead (PAYORCH_HOLD_ACTION_LEAD) is how long before a hold's
+	// deadline its on_expiry action starts; at least twice the sweep
+	// interval, so a pass always comes in time.
+	HoldActionLead time.Duration
 	// WebhookSenders (PAYORCH_WEBHOOK_SENDERS) is how many deliveries the
 	// delivery worker sends at once, 1 to 256 (default 32).
 	WebhookSenders int
@@ -222,6 +233,10 @@ func defaultConfig() config {
 		SweepInterval:    time.Minute,
 		WebhookInterval:  time.Second,
 		WebhookSenders:   orchestrator.DefaultWebhookSenders,
+
+		HoldSweepInterval: time.Minute,
+		HoldExpiringLead:  orchestrator.DefaultHoldExpiringLead,
+		HoldActionLead:    orchestrator.DefaultHoldActionLead,
 
 		MaxAttempts: orchestrator.DefaultMaxAttempts,
 		Breaker:     orchestrator.DefaultBreaker,
@@ -314,6 +329,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
 	num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
+	dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
+	dur("PAYORCH_HOLD_EXPIRING_LEAD", &c.HoldExpiringLead)
+	dur("PAYORCH_HOLD_ACTION_LEAD", &c.HoldActionLead)
 	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
 	c.webhookAllowPrivateSet = getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
 	str("PAYORCH_ENVIRONMENT", &c.Environment)
@@ -391,6 +409,12 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
 	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
 		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
+	case c.HoldSweepInterval < 0:
+		return errors.New("PAYORCH_HOLD_SWEEP_INTERVAL: must not be negative (0 turns the hold sweeper off)")
+	case c.HoldExpiringLead <= 0 || c.HoldExpiringLead > 30*24*time.Hour:
+		return errors.New("PAYORCH_HOLD_EXPIRING_LEAD: must be positive and at most 720h")
+	case c.HoldActionLead <= 0 || c.HoldActionLead < 2*c.HoldSweepInterval:
+		return errors.New("PAYORCH_HOLD_ACTION_LEAD: must be positive and at least twice PAYORCH_HOLD_SWEEP_INTERVAL, so a pass starts the on_expiry action before the deadline")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
 	case c.StripeTimeout <= 0:

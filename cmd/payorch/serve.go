@@ -145,6 +145,19 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				return nil
 			}))
 	}
+	if cfg.HoldSweepInterval > 0 {
+		// Holds: warn before the deadline, act on it, expire at it.
+		workers = append(workers, orchestrator.NewWorker("hold-sweeper", cfg.HoldSweepInterval,
+			cfg.HoldSweepInterval+cfg.ProviderTimeout*4, logger,
+			func(ctx context.Context) error {
+				st, err := svc.SweepHolds(ctx)
+				if st != (orchestrator.HoldStats{}) {
+					logger.InfoContext(ctx, "hold sweeper pass", "warned", st.Warned, "acted", st.Acted,
+						"expired", st.Expired, "extended", st.Extended, "errors", st.Errors)
+				}
+				return err
+			}))
+	}
 	if cfg.SweepInterval > 0 {
 		workers = append(workers, orchestrator.NewWorker("key-sweeper", cfg.SweepInterval, time.Minute, logger,
 			func(ctx context.Context) error {
@@ -254,6 +267,8 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		MaxAttempts:         cfg.MaxAttempts,
 		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 		WebhookSenders:      cfg.WebhookSenders,
+		HoldExpiringLead:    cfg.HoldExpiringLead,
+		HoldActionLead:      cfg.HoldActionLead,
 		Breaker:             cfg.Breaker,
 		ProviderTimeout:     cfg.ProviderTimeout,
 		Lease:               cfg.IdempotencyLease,

@@ -158,6 +158,20 @@ func (c *Client) Cancel(ctx context.Context, req providers.CancelRequest) (provi
 	return v.hold(), nil
 }
 
+// ExtendHold gives an authorized hold a new deadline (a full hold lifetime
+// from now) with POST /v1/holds/{ref}/extend. Refusals are KindRejected:
+// resource_missing, state_conflict, hold_expired.
+func (c *Client) ExtendHold(ctx context.Context, req providers.ExtendRequest) (providers.Hold, error) {
+	if err := needRef(OpExtend, req.Ref); err != nil {
+		return providers.Hold{}, err
+	}
+	var v holdJSON
+	if err := c.call(ctx, OpExtend, http.MethodPost, holdPath(req.Ref, "/extend"), req.Key, extendParams{}, &v); err != nil {
+		return providers.Hold{}, err
+	}
+	return v.hold(), nil
+}
+
 // Refund refunds req.AmountMinor (the rest when zero) of a captured hold
 // with POST /v1/holds/{ref}/refunds. Refusals are KindRejected:
 // resource_missing, state_conflict, amount_too_large,
