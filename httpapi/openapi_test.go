@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -68,7 +69,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			orchestrator.CodeIdempotencyKeyMissing, orchestrator.CodeIdempotencyKeyInvalid,
 			orchestrator.CodeIdempotencyKeyReused, orchestrator.CodeIdempotencyKeyInUse,
 			orchestrator.CodeValidationFailed, orchestrator.CodePaymentDeclined, orchestrator.CodePaymentStateConflict,
-			orchestrator.CodeAmountExceedsAuthorized, orchestrator.CodeNotFound, orchestrator.CodeConflict,
+			orchestrator.CodeAmountExceedsAuthorized, orchestrator.CodeNotSupported, orchestrator.CodeNotFound, orchestrator.CodeConflict,
 			orchestrator.CodeMethodNotAllowed, orchestrator.CodeUnauthorized, orchestrator.CodeForbidden,
 			orchestrator.CodeBodyTooLarge, orchestrator.CodeUnsupportedMediaType, orchestrator.CodeProviderUnavailable,
 			orchestrator.CodeRateLimited, orchestrator.CodeUnavailable, orchestrator.CodeInternal,
@@ -321,6 +322,22 @@ func TestOpenAPIContract(t *testing.T) {
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/capture", apiKey: merchant,
 			idemKey: "c-cap-2", body: `{}`})
+		wantProblem(t, res, b, 409, "payment_state_conflict")
+
+		// A hold with on_expiry, extended; a canceled one cannot be.
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-3",
+			body: `{"amount_minor":700,"currency":"EUR","on_expiry":"capture","request_extended_authorization":true}`})
+		wantStatus(t, res, b, 201)
+		held := decode[payment](t, b)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?expiring_before=" + url.QueryEscape(time.Now().Add(30*24*time.Hour).Format(time.RFC3339)),
+			apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), held.ID) || strings.Contains(string(b), other.ID) {
+			t.Fatalf("expiring_before: %s", b)
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + held.ID + "/extend", apiKey: merchant, idemKey: "c-ext"})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/extend", apiKey: merchant, idemKey: "c-ext-2"})
 		wantProblem(t, res, b, 409, "payment_state_conflict")
 	})
 	if pay.ID == "" || other.ID == "" {

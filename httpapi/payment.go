@@ -24,7 +24,7 @@ type createPaymentRequest struct {
 	// OnExpiry: capture, cancel or none (the default).
 	OnExpiry string `json:"on_expiry"`
 	// RequestExtendedAuthorization asks for the provider's longest hold.
-	RequestExtendedAuthorization bool `json:"request_extended_authorization"`
+	RequestExtendedAuthorization strictBool `json:"request_extended_authorization"`
 }
 
 // amountRequest is the body of capture and refund (and, empty, cancel).
@@ -49,7 +49,7 @@ func (s *Server) createPayment(c echo.Context) error {
 	in := orchestrator.AuthorizeInput{
 		TenantID: p.TenantID, Key: key, AmountMinor: req.AmountMinor.value, Currency: req.Currency,
 		Provider: req.Provider, PaymentMethod: req.PaymentMethod, Description: req.Description, Metadata: req.Metadata,
-		OnExpiry: orchestrator.OnExpiry(req.OnExpiry), ExtendedAuthorization: req.RequestExtendedAuthorization,
+		OnExpiry: orchestrator.OnExpiry(req.OnExpiry), ExtendedAuthorization: bool(req.RequestExtendedAuthorization),
 	}
 	if err := in.Validate(s.svc); err != nil {
 		return err
