@@ -49,6 +49,10 @@ CREATE TABLE provider_webhook_events (
 -- Reconciliation reads a connector's unknown objects of a day.
 CREATE INDEX provider_webhook_events_unknown_idx ON provider_webhook_events (connector, received_at)
     WHERE outcome = 'unknown_object';
+-- An event about a hold no payment holds now may be about an earlier
+-- attempt's (orchestrator/inbound.go, reconcile/webhook.go).
+CREATE INDEX payment_attempts_connector_provider_ref_idx ON payment_attempts (connector, provider_ref)
+    WHERE provider_ref IS NOT NULL;
 CREATE INDEX provider_webhook_events_payment_idx ON provider_webhook_events (tenant_id, payment_id)
     WHERE payment_id IS NOT NULL;
 
@@ -103,4 +107,5 @@ DROP FUNCTION payment_disputes_outbox();
 -- payment_events keeps its provider_event rows (it is append-only) and so
 -- the wider type check.
 DROP TABLE payment_disputes;
+DROP INDEX payment_attempts_connector_provider_ref_idx;
 DROP TABLE provider_webhook_events;
