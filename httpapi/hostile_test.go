@@ -299,6 +299,9 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /healthz":      {},
 		"GET /readyz":       {},
 		"GET /openapi.yaml": {},
+		// Providers' webhooks: unauthenticated; every probe lacks a
+		// valid signature (the connector has no webhook secret here).
+		"POST /webhooks/:connector": {path: map[string]string{"connector": "fake"}, body: map[string]string{}},
 		"GET /v1/me":        {roles: as(support)},
 		"GET /v1/tenants":   {roles: as(admin)},
 		"GET /v1/api_keys":  {roles: as(admin), query: []string{"tenant_id"}},
