@@ -302,9 +302,9 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		// Providers' webhooks: unauthenticated; every probe lacks a
 		// valid signature (the connector has no webhook secret here).
 		"POST /webhooks/:connector": {path: map[string]string{"connector": "fake"}, body: map[string]string{}},
-		"GET /v1/me":        {roles: as(support)},
-		"GET /v1/tenants":   {roles: as(admin)},
-		"GET /v1/api_keys":  {roles: as(admin), query: []string{"tenant_id"}},
+		"GET /v1/me":                {roles: as(support)},
+		"GET /v1/tenants":           {roles: as(admin)},
+		"GET /v1/api_keys":          {roles: as(admin), query: []string{"tenant_id"}},
 		"POST /v1/payments": {roles: as(merchant),
 			body: map[string]string{"amount_minor": "1000", "currency": `"EUR"`, "description": `"d"`, "metadata": `{"k":"v"}`},
 			fields: map[string]kind{"amount_minor": integer, "currency": token, "provider": token, "payment_method": token,
