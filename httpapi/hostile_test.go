@@ -299,12 +299,9 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /healthz":      {},
 		"GET /readyz":       {},
 		"GET /openapi.yaml": {},
-		// Providers' webhooks: unauthenticated; every probe lacks a
-		// valid signature (the connector has no webhook secret here).
-		"POST /webhooks/:connector": {path: map[string]string{"connector": "fake"}, body: map[string]string{}},
-		"GET /v1/me":                {roles: as(support)},
-		"GET /v1/tenants":           {roles: as(admin)},
-		"GET /v1/api_keys":          {roles: as(admin), query: []string{"tenant_id"}},
+		"GET /v1/me":        {roles: as(support)},
+		"GET /v1/tenants":   {roles: as(admin)},
+		"GET /v1/api_keys":  {roles: as(admin), query: []string{"tenant_id"}},
 		"POST /v1/payments": {roles: as(merchant),
 			body: map[string]string{"amount_minor": "1000", "currency": `"EUR"`, "description": `"d"`, "metadata": `{"k":"v"}`},
 			fields: map[string]kind{"amount_minor": integer, "currency": token, "provider": token, "payment_method": token,
@@ -349,6 +346,10 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 			fields: map[string]kind{"rules": array, "default": object}},
 		"GET /v1/tenants/:id/routing/versions": {roles: as(admin), path: map[string]string{"id": tenantID},
 			query: []string{"limit", "starting_after"}},
+
+		// Providers' webhooks: unauthenticated; every probe lacks a
+		// valid signature (the connector has no webhook secret here).
+		"POST /webhooks/:connector": {path: map[string]string{"connector": "fake"}, body: map[string]string{}},
 
 		"GET /console":                    {},
 		"GET /console/static/console.css": {},
