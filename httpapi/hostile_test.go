@@ -350,6 +350,10 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /v1/tenants/:id/routing/versions": {roles: as(admin), path: map[string]string{"id": tenantID},
 			query: []string{"limit", "starting_after"}},
 
+		// Providers' webhooks: unauthenticated; every probe lacks a
+		// valid signature (the connector has no webhook secret here).
+		"POST /webhooks/:connector": {path: map[string]string{"connector": "fake"}, body: map[string]string{}},
+
 		"GET /console":                    {},
 		"GET /console/static/console.css": {},
 		"GET /console/signin":             {query: []string{"signed_out"}},

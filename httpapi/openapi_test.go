@@ -21,6 +21,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
 
@@ -126,9 +127,16 @@ type contract struct {
 	exercised map[string]bool
 }
 
+// contractHookSecret is the webhook secret of the contract's connector
+// hooked.
+const contractHookSecret = "whsec_contract"
+
 func newContract(t *testing.T) *contract {
 	t.Helper()
-	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub})
+	// Connector hooked takes webhooks signed with contractHookSecret (its
+	// provider is never called).
+	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub}, orchestrator.Config{Providers: map[string]providers.Provider{
+		"hooked": fake.NewClient("http://127.0.0.1:9", nil).WithWebhookSecret(contractHookSecret)}})
 	doc := loadOpenAPI(t)
 	doc.Servers = openapi3.Servers{{URL: e.url}}
 	router, err := gorillamux.NewRouter(doc)
@@ -503,6 +511,23 @@ func TestOpenAPIContract(t *testing.T) {
 		res, b = ct.do(t, call{method: "POST", path: resolve, apiKey: finance, idemKey: "res-2", body: `{"note":"again"}`})
 		wantProblem(t, res, b, 409, "conflict")
 		res, b = ct.do(t, call{method: "POST", path: resolve, apiKey: finance, idemKey: "res-3", body: `{"note":""}`, offContract: true})
+		wantProblem(t, res, b, 400, "validation_failed")
+	})
+
+	t.Run("ProviderWebhook", func(t *testing.T) {
+		body := `{"id":"fevt_contract","object":"event","type":"hold.captured","created_at":"2026-12-01T10:00:00Z",` +
+			`"data":{"hold_ref":"fh_contract","object_id":"fh_contract","amount_minor":100,"currency":"EUR"}}`
+		sig := providers.SignWebhook(contractHookSecret, time.Now(), []byte(body))
+		res, b := ct.do(t, call{method: "POST", path: "/webhooks/hooked", body: body, hdr: map[string]string{fake.SignatureHeader: sig}})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: "/webhooks/hooked", body: body, hdr: map[string]string{fake.SignatureHeader: sig}})
+		wantStatus(t, res, b, 200)
+		if r := decode[orchestrator.InboundResult](t, b); !r.Duplicate || r.Outcome != orchestrator.InboundUnknownObject {
+			t.Fatalf("second delivery: %s", b)
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/webhooks/hooked", body: body})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "POST", path: "/webhooks/fake", body: body, hdr: map[string]string{fake.SignatureHeader: sig}})
 		wantProblem(t, res, b, 400, "validation_failed")
 	})
 

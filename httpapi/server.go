@@ -163,8 +163,9 @@ func New(cfg Config) *Server {
 				return err
 			},
 		}),
-		// In bytes: Echo reads "64K" as 64,000.
-		middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)),
+		// In bytes: Echo reads "64K" as 64,000. Provider webhooks have
+		// their own limit (receiveWebhook).
+		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes), Skipper: isProviderWebhook}),
 		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
 		checkParams,              // the API's; the console's router runs its own
 	)
@@ -180,6 +181,9 @@ func (s *Server) routes() {
 	if s.cfg.MetricsHandler != nil {
 		e.GET("/metrics", echo.WrapHandler(s.cfg.MetricsHandler))
 	}
+
+	// Providers' webhooks: signed, not keyed (inbound.go).
+	e.POST(webhookPrefix+":connector", s.receiveWebhook)
 
 	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
 	v1.GET("/me", s.getMe)

@@ -25,7 +25,8 @@ CREATE INDEX payments_authorized_capture_before_idx ON payments (capture_before)
 -- on_expiry action started), between the state changes.
 ALTER TABLE payment_events
     DROP CONSTRAINT payment_events_type_check,
-    ADD CONSTRAINT payment_events_type_check CHECK (type IN ('state_changed', 'provider_call', 'request', 'attempt_started', 'hold'));
+    ADD CONSTRAINT payment_events_type_check CHECK (type IN ('state_changed', 'provider_call', 'request', 'attempt_started',
+        'provider_event', 'hold'));
 
 -- The outbox: payment.hold_expiring when the warning is stamped, and
 -- payment.hold_extended when an authorized hold's deadline moves later
@@ -82,11 +83,12 @@ CREATE TRIGGER payments_outbox_changed
     AFTER UPDATE OF status, attempt ON payments
     FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
     EXECUTE FUNCTION payments_outbox();
+DELETE FROM payment_events WHERE type = 'hold';
 ALTER TABLE payment_events
     DROP CONSTRAINT payment_events_type_check,
-    ADD CONSTRAINT payment_events_type_check CHECK (type IN ('state_changed', 'provider_call', 'request', 'attempt_started'));
+    ADD CONSTRAINT payment_events_type_check CHECK (type IN ('state_changed', 'provider_call', 'request', 'attempt_started',
+        'provider_event'));
 DROP INDEX payments_authorized_capture_before_idx;
-DELETE FROM payment_events WHERE type = 'hold';
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION payments_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE

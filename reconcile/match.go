@@ -218,7 +218,8 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 }
 
 // judgeDay judges the day in tx: the provider rows stage set aside as
-// invalid, then every pair of judgePairs. It returns the day's counts and
+// invalid, then every pair of judgePairs, the rows of earlier attempts,
+// and the day's webhooks about objects we do not know (webhook.go). It returns the day's counts and
 // totals once every finding is stored.
 func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win window, staged staged, w *findingWriter) (*stats, error) {
 	st := newStats(win.from, win.to)
@@ -232,6 +233,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win windo
 		return nil, err
 	}
 	if err := judgeAbandoned(ctx, tx, run, st, w); err != nil {
+		return nil, err
+	}
+	if err := judgeUnknownWebhooks(ctx, tx, run, win, w); err != nil {
 		return nil, err
 	}
 	if err := w.flush(ctx); err != nil {

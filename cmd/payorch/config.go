@@ -126,6 +126,11 @@ type config struct {
 	// (PAYORCH_CONNECTOR_FAKE_STATE wins); empty means memory only. `dev`
 	// defaults it to DataDir/fake-provider.json, `serve` leaves it empty.
 	FakeState string
+	// FakeWebhookSecret (PAYORCH_FAKE_WEBHOOK_SECRET) is the secret the
+	// fake provider signs its webhooks with: the default of `fakeprovider
+	// --webhook-secret`, and the webhook secret of the connector named
+	// fake (PAYORCH_CONNECTOR_FAKE_WEBHOOK_SECRET wins).
+	FakeWebhookSecret string
 	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) is the connector that
 	// serves requests that name none and that no routing rule routes; it
 	// must be configured and enabled. Unset: fake with PAYORCH_CONNECTORS
@@ -141,6 +146,16 @@ type config struct {
 	// StripeTimeout (STRIPE_TIMEOUT) bounds one request of the connector
 	// named stripe to Stripe.
 	StripeTimeout time.Duration
+	// StripeWebhookSecret (STRIPE_WEBHOOK_SECRET) is the signing secret
+	// ("whsec_…") of the Stripe webhook endpoint pointing at
+	// POST /webhooks/stripe, for the connector named stripe
+	// (PAYORCH_CONNECTOR_STRIPE_WEBHOOK_SECRET wins); unset, its webhooks
+	// are refused.
+	StripeWebhookSecret string
+	// webhookBase is where this process serves (http://host:port), set by
+	// serveAPI once it listens: embedded fakes send their webhooks to
+	// webhookBase/webhooks/<connector>. Empty: they send none.
+	webhookBase string
 	// ProviderTimeout (PAYORCH_PROVIDER_TIMEOUT) bounds one provider call.
 	ProviderTimeout time.Duration
 	// IdempotencyTTL (PAYORCH_IDEMPOTENCY_TTL) is how long keys are kept,
@@ -338,6 +353,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("PAYORCH_FAKE_URL", &c.FakeURL)
 	str("PAYORCH_FAKE_TOKEN", &c.FakeToken)
 	str("PAYORCH_FAKE_STATE", &c.FakeState)
+	str("PAYORCH_FAKE_WEBHOOK_SECRET", &c.FakeWebhookSecret)
 	str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
 	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
 	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
@@ -345,6 +361,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("STRIPE_SECRET_KEY", &c.StripeSecretKey)
 	str("STRIPE_API_BASE", &c.StripeAPIBase)
 	dur("STRIPE_TIMEOUT", &c.StripeTimeout)
+	str("STRIPE_WEBHOOK_SECRET", &c.StripeWebhookSecret)
 	str("PAYORCH_DEBUG_LISTEN", &c.DebugListen)
 	str("PAYORCH_PUBLIC_URL", &c.PublicURL)
 	str("PAYORCH_TLS_CERT", &c.TLSCert)

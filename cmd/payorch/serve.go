@@ -85,6 +85,17 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		return err
 	}
 	defer m.Close()
+	// Listen first: embedded fakes learn where to send their webhooks
+	// (over plain HTTP only: with TLS they would have to trust our
+	// certificate, so they send none).
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer l.Close() // a no-op once served
+	if tlsConfig == nil {
+		cfg.webhookBase = selfURL(l.Addr())
+	}
 	provs, stopProviders, err := startProviders(cfg, logger, tel)
 	if err != nil {
 		return err
@@ -224,10 +235,6 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		PublicURL:          publicURL,
 		TLSConfig:          tlsConfig,
 	})
-	l, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
 		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
@@ -307,13 +314,20 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	token := fs.String("admin-token", cfg.FakeToken, "bearer secret every request must carry (default PAYORCH_FAKE_TOKEN, which does not show in ps)")
 	holdLifetime := fs.Duration("hold-lifetime", fake.DefaultHoldLifetime, "how long holds can be captured")
 	state := fs.String("state", "", "file to keep the state in across restarts (default: memory only)")
+	webhookURL := fs.String("webhook-url", "", "where to POST its webhooks, e.g. http://127.0.0.1:8080/webhooks/fake (default: none are sent)")
+	webhookSecret := fs.String("webhook-secret", cfg.FakeWebhookSecret,
+		"secret the webhooks are signed with (default PAYORCH_FAKE_WEBHOOK_SECRET; payorch verifies with the connector's _WEBHOOK_SECRET)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
 	if *token == "" {
 		return usageError{"fakeprovider: set PAYORCH_FAKE_TOKEN (or --admin-token) to the bearer secret its clients send, e.g. $(openssl rand -hex 32); payorch finds it in PAYORCH_FAKE_TOKEN too"}
 	}
-	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token})
+	if *webhookURL != "" && *webhookSecret == "" {
+		return usageError{"fakeprovider: --webhook-url needs PAYORCH_FAKE_WEBHOOK_SECRET (or --webhook-secret), the secret payorch verifies them with"}
+	}
+	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token,
+		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret})
 }
 
 // newReconciler wires the Reconciler on pool: the back-office pool for

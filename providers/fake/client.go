@@ -33,6 +33,8 @@ type Client struct {
 	base  string
 	hc    *http.Client
 	token string
+	// webhookSecret verifies the server's webhooks (webhook.go).
+	webhookSecret string
 }
 
 var _ providers.Provider = (*Client)(nil)

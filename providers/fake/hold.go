@@ -48,6 +48,9 @@ type hold struct {
 	captureBefore time.Time
 	// touched holds the creation and every change, for the report.
 	touched []time.Time
+	// expiryNotified: the hold.expired webhook of its lapse was sent
+	// (webhooksend.go).
+	expiryNotified bool
 }
 
 // lapsed reports whether the hold is authorized but past capture_before at
