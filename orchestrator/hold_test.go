@@ -254,3 +254,25 @@ func TestExtendHold(t *testing.T) {
 		t.Fatalf("extend an unknown payment: %v", err)
 	}
 }
+
+// The provider's hold.expired webhook comes first: the payment is expired
+// at once, and the sweeper's next pass finds nothing to do (no look-up, no
+// second state change). Without the webhook (dropped), the sweeper's first
+// pass past the deadline does it (TestHoldSweeperWarnsThenExpires).
+func TestHoldExpiryByWebhookThenSweeperFindsNothing(t *testing.T) {
+	t.Parallel()
+	e := newInboundWorld(t, 0).newTenant(t)
+	p := e.authorizeHold(t, "hold-webhook", orchestrator.OnExpiryNone)
+	e.clk.Set(p.CaptureBefore.Add(time.Second))
+	e.deliverEvent(t, event(p, "hold.expired", 1000), "applied")
+	calls := e.count(t, `SELECT count(*) FROM payment_events WHERE payment_id = $1 AND type = 'provider_call'`, p.ID)
+	if st := sweep(t, e.svc); st != (orchestrator.HoldStats{}) {
+		t.Fatalf("the sweeper after the webhook: %+v", st)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payment_events WHERE payment_id = $1 AND type = 'provider_call'`, p.ID); n != calls {
+		t.Fatalf("the sweeper called the provider %d times", n-calls)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payment_events WHERE payment_id = $1 AND type = 'state_changed' AND to_status = 'expired'`, p.ID); n != 1 {
+		t.Fatalf("%d expiries recorded", n)
+	}
+}
