@@ -363,6 +363,7 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"POST /console/signout":     {roles: as(finance), csrf: true, formKinds: map[string]kind{"csrf_token": token}},
 		"GET /console/search":       {roles: as(support), query: []string{"q", "tenant"}},
 		"GET /console/payments/:id": {roles: as(support), path: map[string]string{"id": authorized.ID}},
+		"GET /console/holds":        {roles: as(support, merchant)},
 		"GET /console/runs":         {roles: as(finance), query: []string{"before"}},
 		"GET /console/connectors":   {roles: as(support)},
 		"GET /console/tenants":      {roles: as(admin)},
