@@ -285,6 +285,7 @@ func TestConnectorConfigErrors(t *testing.T) {
 		"MaxAttemptsWord":       {map[string]string{"PAYORCH_MAX_ATTEMPTS": "three"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
 		"WebhookSendersZero":    {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "0"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
 		"WebhookSendersHuge":    {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "1000"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
+		"RetentionNegative":     {map[string]string{"PAYORCH_HISTORY_RETENTION_MONTHS": "-1"}, []string{"PAYORCH_HISTORY_RETENTION_MONTHS"}},
 		"HoldSweepNegative":     {map[string]string{"PAYORCH_HOLD_SWEEP_INTERVAL": "-1s"}, []string{"PAYORCH_HOLD_SWEEP_INTERVAL"}},
 		"HoldLeadZero":          {map[string]string{"PAYORCH_HOLD_EXPIRING_LEAD": "0s"}, []string{"PAYORCH_HOLD_EXPIRING_LEAD"}},
 		"HoldActionBeforeSweep": {map[string]string{"PAYORCH_HOLD_SWEEP_INTERVAL": "10m", "PAYORCH_HOLD_ACTION_LEAD": "15m"}, []string{"PAYORCH_HOLD_ACTION_LEAD", "PAYORCH_HOLD_SWEEP_INTERVAL"}},

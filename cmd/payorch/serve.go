@@ -156,6 +156,16 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				return nil
 			}))
 	}
+	// History: next months' partitions made ahead, old ones dropped past
+	// the retention (hourly; every instance, serialised in the database).
+	workers = append(workers, orchestrator.NewWorker("history", time.Hour, time.Minute, logger,
+		func(ctx context.Context) error {
+			m, err := svc.MaintainHistory(ctx, cfg.HistoryRetentionMonths)
+			if m != (orchestrator.HistoryMaintenance{}) {
+				logger.InfoContext(ctx, "history partitions", "created", m.Created, "dropped", m.Dropped)
+			}
+			return err
+		}))
 	if cfg.HoldSweepInterval > 0 {
 		// Holds: warn before the deadline, act on it, expire at it.
 		workers = append(workers, orchestrator.NewWorker("hold-sweeper", cfg.HoldSweepInterval,
