@@ -1,0 +1,133 @@
+package orchestrator_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/internal/pgcluster"
+	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
+)
+
+// crashAfterReference is a provider that, when armed, crashes PostgreSQL
+// (an immediate restart) right after the Service saved the reference of a
+// new hold, before the provider is asked to confirm it.
+type crashAfterReference struct {
+	providers.Provider
+	t       *testing.T
+	cluster *pgcluster.Cluster
+	armed   atomic.Bool
+}
+
+func (p *crashAfterReference) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
+	if save := req.OnReference; save != nil && p.armed.Swap(false) {
+		req.OnReference = func(ctx context.Context, ref string) error {
+			if err := save(ctx, ref); err != nil {
+				return err
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := p.cluster.Restart(rctx, true); err != nil {
+				p.t.Errorf("restart PostgreSQL: %v", err)
+			}
+			return nil
+		}
+	}
+	return p.Provider.Authorize(ctx, req)
+}
+
+// TestLostReferenceWrite: the provider's reference is saved without
+// waiting for its WAL flush (saveReferenceSQL), so a crash of PostgreSQL
+// right after can lose it; the payment is then pending without a
+// reference, and the retry under the same key authorizes again with the
+// same forwarded key, which the provider deduplicates: one hold, and the
+// payment authorized with its reference.
+//
+// The loss is real: PostgreSQL is restarted in immediate mode (its WAL
+// buffers are lost, what was written to the operating system is not),
+// with the WAL writer set to wake only every 10 s, and woken just before
+// by an authorization (whose own reference is written asynchronously too),
+// so nothing writes the reference's commit out before the crash. Each try
+// checks the reference is gone; without the asynchronous commit it never
+// is, and the test fails.
+func TestLostReferenceWrite(t *testing.T) {
+	cluster := pgtest.NewCluster(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`ALTER SYSTEM SET wal_writer_delay = '10s'`,
+		`ALTER SYSTEM SET autovacuum = off`, // no other commit flushes the WAL meanwhile
+		`SELECT pg_reload_conf()`,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin.Close(ctx)
+	crash := &crashAfterReference{t: t, cluster: cluster}
+	w := newConnectorWorld(t, 0, func(cfg *orchestrator.Config) {
+		cfg.Pool = pgtest.Pool(t, cluster.ConnString("postgres"))
+		crash.Provider = cfg.Providers["fake"]
+		cfg.Providers["fake"] = crash
+	}, "fake")
+	e := w.newTenant(t)
+	body := `{"amount_minor":2500,"currency":"EUR"}`
+	fp := fingerprint(t, orchestrator.OpAuthorize, nil, body)
+
+	lost := 0
+	for try := range 3 {
+		// Wake the WAL writer: it writes this authorization's reference
+		// out, then sleeps its 10 s.
+		e.authorized(t, fmt.Sprintf("warm-%d", try), 1000)
+
+		key := fmt.Sprintf("lost-%d", try)
+		id := orchestrator.PaymentID(e.tenant, key)
+		crash.armed.Store(true)
+		b, err := e.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{
+			TenantID: e.tenant, Operation: orchestrator.OpAuthorize, Key: key, Fingerprint: fp})
+		if err != nil || b.Claim == nil {
+			t.Fatalf("claim %s: %+v %v", key, b, err)
+		}
+		// PostgreSQL crashes after the reference is saved: the hold is
+		// confirmed, but the settlement cannot be written.
+		out, err := e.svc.Authorize(ctx, b.Claim, orchestrator.AuthorizeInput{
+			TenantID: e.tenant, Key: key, Fingerprint: fp, AmountMinor: 2500, Currency: "EUR"})
+		if err == nil && !out.Pending {
+			t.Fatalf("try %d: authorize settled across a crash of the database: %+v", try, out.Payment)
+		}
+		if crash.armed.Load() {
+			t.Fatalf("try %d: the provider was never asked for a hold", try)
+		}
+
+		var status string
+		var ref *string
+		if err := w.svc.Pool().QueryRow(ctx, `SELECT status, provider_ref FROM payments WHERE tenant_id = $1 AND id = $2`,
+			e.tenant, id).Scan(&status, &ref); err != nil {
+			t.Fatal(err)
+		}
+		if status != string(orchestrator.StatusPending) {
+			t.Fatalf("try %d: payment %s is %s after the crash, want pending", try, id, status)
+		}
+		if ref == nil {
+			lost++
+		}
+		t.Logf("try %d: reference lost in the crash: %v", try, ref == nil)
+
+		// The client retries once the crashed execution's lease expired.
+		w.clk.Add(time.Minute)
+		p := e.authorized(t, key, 2500)
+		e.wantOneHold(t, p, providers.StatusAuthorized)
+	}
+	if lost == 0 {
+		t.Fatal("the crash never lost the reference: its commit waited for its WAL flush")
+	}
+}
