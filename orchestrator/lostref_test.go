@@ -131,3 +131,35 @@ func TestLostReferenceWrite(t *testing.T) {
 		t.Fatal("the crash never lost the reference: its commit waited for its WAL flush")
 	}
 }
+
+// TestAuthorizeFlushWaits: one client at a time on the durable cluster, a
+// new authorization commits four writing transactions (claim, create,
+// reference, settle) but waits for three WAL flushes: the reference's
+// commit is asynchronous (saveReferenceSQL) and the settlement's flush
+// covers it. With one client no commit shares another's flush, so WAL
+// fsyncs per authorization count the flush waits.
+func TestAuthorizeFlushWaits(t *testing.T) {
+	w := newBenchWorld(t, pgtest.DurableURL(t))
+	run := func(prefix string, n int) {
+		svc, done := w.service(t)
+		for i := range n {
+			if err := w.authorize(svc, fmt.Sprintf("%s-%d", prefix, i), true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done() // its backends exit, so their statistics are in
+	}
+	run("warm", 3)
+	const n = 60
+	xid0, sync0 := w.counters(t)
+	run("flush", n)
+	xid1, sync1 := w.counters(t)
+	writes, syncs := float64(xid1-xid0)/n, float64(sync1-sync0)/n
+	t.Logf("per authorization: %.2f writing transactions, %.2f WAL fsyncs", writes, syncs)
+	if writes < 3.9 || writes > 4.1 {
+		t.Errorf("%.2f writing transactions per authorization, want 4", writes)
+	}
+	if syncs > 3.4 {
+		t.Errorf("%.2f WAL fsyncs per authorization, want 3 (the reference's commit waits for none)", syncs)
+	}
+}
