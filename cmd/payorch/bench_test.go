@@ -613,8 +613,10 @@ func (e *benchEnv) newAuthorize(b *testing.B) {
 	b.ReportMetric(e.pg.pgCPU, "pgbench_pg_cpu_ms/op")
 	b.ReportMetric(e.pg.ownCPU, "pgbench_client_cpu_ms/op")
 	b.ReportMetric(e.pg.others, "pgbench_others_cpu_pct")
-	b.ReportMetric(e.pg.writeXacts, "pgbench_write_xacts/op")
-	b.ReportMetric(e.pg.walSyncs, "pgbench_wal_syncs/op")
+	if e.countsCommits() {
+		b.ReportMetric(e.pg.writeXacts, "pgbench_write_xacts/op")
+		b.ReportMetric(e.pg.walSyncs, "pgbench_wal_syncs/op")
+	}
 	b.ReportMetric(100*res.perSecond()/e.pg.tps, "pct_of_pgbench")
 	b.Logf("%d requests in %s; pgbench: %s", len(res.latency), res.elapsed.Round(time.Millisecond), e.pg.summary)
 	if e.peer != nil {
