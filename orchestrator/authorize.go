@@ -247,10 +247,29 @@ func authorizeResult(p Payment) (Outcome, error) {
 }
 
 // saveReferenceSQL saves the provider's reference of a hold as soon as
-// the provider gives it, before the hold is confirmed.
+// the provider gives it, before the hold is confirmed, and commits without
+// waiting for its WAL flush: set_config(…, true) is SET LOCAL
+// synchronous_commit = off, for this statement's transaction only (the
+// InitPlan runs before the row is written, the commit comes after).
+//
+// Why losing this write is safe: the intent (the pending payment and its
+// attempt's forwarded key) was committed durably by createPaymentSQL
+// before the provider was called, and the settlement that answers the
+// client is a synchronous commit, whose flush covers this one too (WAL is
+// flushed in order). So the reference can only be lost together with
+// everything after it, in a crash before the client got an answer. The
+// payment is then pending without a reference, and whoever resumes it (a
+// retry with the same key, or the resolver: resolvePayment) authorizes
+// again under the same forwarded key, which the provider deduplicates:
+// it answers with the hold it created, reference included, and no second
+// hold is placed. Reconciliation matches a hold whose reference we never
+// stored by our payment id (linkByPaymentIDSQL). The reference saves one
+// flush wait per authorization; TestLostReferenceWrite crashes PostgreSQL
+// right after it and checks that.
 const saveReferenceSQL = `
 	UPDATE payments SET provider_ref = @provider_ref
-	WHERE tenant_id = @tenant_id AND id = @payment_id AND attempt = @attempt AND provider_ref IS NULL`
+	WHERE tenant_id = @tenant_id AND id = @payment_id AND attempt = @attempt AND provider_ref IS NULL
+		AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'`
 
 // authorizeAtProvider authorizes pending payment p at the connector of
 // its current attempt with that attempt's key, fails over to the next

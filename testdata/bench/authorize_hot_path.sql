@@ -83,7 +83,8 @@ FROM p;
 -- 3. Save the provider's reference before confirming (saveReferenceSQL,
 --    OnReference in Service.authorizeAtProvider).
 UPDATE payments SET provider_ref = ('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24))
-WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND attempt = (1) AND provider_ref IS NULL;
+WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND attempt = (1) AND provider_ref IS NULL
+	AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off';
 
 -- (the provider confirms the hold: HTTP, no SQL)
 -- 4. Settle and answer: the payment is authorized, the provider call and
