@@ -21,6 +21,9 @@ func TestPaymentsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		// The hold sweeper's (migration 00011): partial, authorized
+		// payments only.
+		"payments_authorized_capture_before_idx",
 		"payments_id_idx",
 		"payments_idempotency_key_idx",
 		"payments_pending_idx",
