@@ -163,3 +163,61 @@ func TestAuthorizeFlushWaits(t *testing.T) {
 		t.Errorf("%.2f WAL fsyncs per authorization, want 3 (the reference's commit waits for none)", syncs)
 	}
 }
+
+// TestAnswerSurvivesImmediateRestart: an answer the client saw (an
+// authorization's 201, a capture's 200) was stored with a commit that
+// waited for its WAL flush, so an immediate restart of PostgreSQL right
+// after it was sent keeps it: the replay under the same key is
+// byte-identical, the payment is in the state it said, and the provider
+// holds one hold. The WAL writer sleeps 10 s, as in TestLostReferenceWrite,
+// so only a flush the commit itself waited for saves what it wrote.
+func TestAnswerSurvivesImmediateRestart(t *testing.T) {
+	cluster := pgtest.NewCluster(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER SYSTEM SET wal_writer_delay = '10s'`, `ALTER SYSTEM SET autovacuum = off`,
+		`SELECT pg_reload_conf()`} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin.Close(ctx)
+	pool := pgtest.Pool(t, cluster.ConnString("postgres"))
+	w := newConnectorWorld(t, 0, func(cfg *orchestrator.Config) { cfg.Pool = pool }, "fake")
+	e := w.newTenant(t)
+	body := `{"amount_minor":1800,"currency":"EUR"}`
+	same := func(what string, first *orchestrator.StoredResponse, replay *orchestrator.StoredResponse) {
+		t.Helper()
+		if first == nil || replay == nil || first.Status != replay.Status || string(first.Body) != string(replay.Body) {
+			t.Fatalf("%s: first answer %+v, replay after the restart %+v", what, first, replay)
+		}
+	}
+	for try := range 2 {
+		key := fmt.Sprintf("survive-%d", try)
+		a := e.authorize(t, key, body)
+		if a.err != nil || a.stored == nil || a.out.Payment.Status != orchestrator.StatusAuthorized {
+			t.Fatalf("authorize: %+v %v", a.out.Payment, a.err)
+		}
+		c := e.capture(t, a.out.Payment.ID, key+"-cap", `{}`)
+		if c.err != nil || c.stored == nil {
+			t.Fatalf("capture: %+v %v", c.out.Payment, c.err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		if err := cluster.Restart(rctx, true); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		pool.Reset() // the connections died with the server
+
+		same("authorize", a.stored, e.authorize(t, key, body).replay)
+		same("capture", c.stored, e.capture(t, a.out.Payment.ID, key+"-cap", `{}`).replay)
+		p, err := e.svc.GetPayment(ctx, orchestrator.Scope{TenantID: e.tenant}, a.out.Payment.ID)
+		if err != nil || p.Status != orchestrator.StatusCaptured {
+			t.Fatalf("payment after the restart: %+v %v", p, err)
+		}
+		e.wantOneHold(t, p, providers.StatusCaptured)
+	}
+}
