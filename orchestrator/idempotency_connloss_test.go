@@ -112,7 +112,10 @@ func TestIdempotencyKeyAfterLostConnection(t *testing.T) {
 		}
 
 		s := orchestrator.NewService(orchestrator.Config{Pool: pgtest.Pool(t, dbURL), Lease: time.Minute})
+		// A capture's claim: an authorization's commits without waiting
+		// (for the standby too), so it could not be caught waiting.
 		req := idemReq(t, tenant.ID, "lost-claim", `{"a":1}`)
+		req.Operation = orchestrator.OpCapture
 		done := make(chan error, 1)
 		go func() {
 			_, err := s.BeginIdempotent(ctx, req)
