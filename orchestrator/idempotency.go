@@ -291,8 +291,12 @@ func (s *Service) claimOrRead(ctx context.Context, req IdempotencyRequest, token
 
 // asyncClaim lists the operations whose new claims commit without a flush
 // wait (claimOrReadSQL says why that is safe): those whose next write
-// requires the claim, with its token, in the same statement.
-var asyncClaim = map[string]bool{OpAuthorize: true}
+// happens only while the claim, with its token, is there: an
+// authorization's createPaymentSQL; a capture's, cancel's or refund's
+// recordOperation, which reads the claim under the payment's lock before
+// it records anything (readForOperation). Other keyed requests (webhook
+// endpoints, redeliveries, reconciliation runs) write without looking.
+var asyncClaim = map[string]bool{OpAuthorize: true, OpCapture: true, OpCancel: true, OpRefund: true}
 
 // errClaimLost: the request's claim is gone (lost in a crash of
 // PostgreSQL before its WAL was flushed, or taken over after its lease
@@ -303,13 +307,16 @@ func errClaimLost() *Error {
 		Message: "this request's claim on its Idempotency-Key was lost (the database restarted); retry with the same key"}
 }
 
-// claimHeld reports whether c's lease is still c's (its token on its key).
+// claimHeldSQL says whether a claim's lease is still its own (its token on
+// its key).
+const claimHeldSQL = `SELECT EXISTS (SELECT 1 FROM idempotency_keys
+	WHERE tenant_id = @claim_tenant_id AND operation = @claim_operation AND key = @claim_key
+		AND lock_token = @claim_token::uuid)`
+
+// claimHeld reports whether c's lease is still c's.
 func (s *Service) claimHeld(ctx context.Context, c *Claim) (bool, error) {
-	const q = `SELECT EXISTS (SELECT 1 FROM idempotency_keys
-		WHERE tenant_id = @claim_tenant_id AND operation = @claim_operation AND key = @claim_key
-			AND lock_token = @claim_token::uuid)`
 	var held bool
-	err := s.pool.QueryRow(ctx, q, withClaim(c, namedArgs{})).Scan(&held)
+	err := s.pool.QueryRow(ctx, claimHeldSQL, withClaim(c, namedArgs{})).Scan(&held)
 	return held, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgcluster"
 	"github.com/payorch/payorch/internal/pgtest"
@@ -174,20 +175,8 @@ func TestAuthorizeFlushWaits(t *testing.T) {
 // holds one hold. The WAL writer sleeps 10 s, as in TestLostReferenceWrite,
 // so only a flush the commit itself waited for saves what it wrote.
 func TestAnswerSurvivesImmediateRestart(t *testing.T) {
-	cluster := pgtest.NewCluster(t)
+	cluster, pool := slowWALCluster(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER SYSTEM SET wal_writer_delay = '10s'`, `ALTER SYSTEM SET autovacuum = off`,
-		`SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	admin.Close(ctx)
-	pool := pgtest.Pool(t, cluster.ConnString("postgres"))
 	w := newConnectorWorld(t, 0, func(cfg *orchestrator.Config) { cfg.Pool = pool }, "fake")
 	e := w.newTenant(t)
 	body := `{"amount_minor":1800,"currency":"EUR"}`
@@ -207,12 +196,7 @@ func TestAnswerSurvivesImmediateRestart(t *testing.T) {
 		if c.err != nil || c.stored == nil {
 			t.Fatalf("capture: %+v %v", c.out.Payment, c.err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		if err := cluster.Restart(rctx, true); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		pool.Reset() // the connections died with the server
+		crash(t, cluster, pool)
 
 		same("authorize", a.stored, e.authorize(t, key, body).replay)
 		same("capture", c.stored, e.capture(t, a.out.Payment.ID, key+"-cap", `{}`).replay)
@@ -232,20 +216,8 @@ func TestAnswerSurvivesImmediateRestart(t *testing.T) {
 // is real (immediate restart, WAL writer asleep for 10 s); each try checks
 // the claim is gone, and without the asynchronous claim it never is.
 func TestLostClaim(t *testing.T) {
-	cluster := pgtest.NewCluster(t)
+	cluster, pool := slowWALCluster(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER SYSTEM SET wal_writer_delay = '10s'`, `ALTER SYSTEM SET autovacuum = off`,
-		`SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	admin.Close(ctx)
-	pool := pgtest.Pool(t, cluster.ConnString("postgres"))
 	w := newConnectorWorld(t, 0, func(cfg *orchestrator.Config) { cfg.Pool = pool }, "fake")
 	e := w.newTenant(t)
 	body := `{"amount_minor":1300,"currency":"EUR"}`
@@ -259,12 +231,7 @@ func TestLostClaim(t *testing.T) {
 		if err != nil || b.Claim == nil {
 			t.Fatalf("claim %s: %+v %v", key, b, err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		if err := cluster.Restart(rctx, true); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		pool.Reset()
+		crash(t, cluster, pool)
 		if n := e.count(t, `SELECT count(*) FROM idempotency_keys WHERE key = $1`, key); n != 0 {
 			t.Logf("try %d: the claim survived the crash", try)
 			continue
@@ -285,6 +252,84 @@ func TestLostClaim(t *testing.T) {
 		}
 		p := e.authorized(t, key, 1300) // the client's retry
 		e.wantOneHold(t, p, providers.StatusAuthorized)
+	}
+	if lost == 0 {
+		t.Fatal("the crash never lost a claim: its commit waited for its WAL flush")
+	}
+}
+
+// slowWALCluster is a cluster of t's own whose WAL writer wakes only every
+// 10 s (and no autovacuum commits meanwhile), so a commit that did not
+// wait for its flush is lost by an immediate restart; and a pool on it.
+func slowWALCluster(t *testing.T) (*pgcluster.Cluster, *pgxpool.Pool) {
+	t.Helper()
+	cluster := pgtest.NewCluster(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for _, q := range []string{`ALTER SYSTEM SET wal_writer_delay = '10s'`, `ALTER SYSTEM SET autovacuum = off`,
+		`SELECT pg_reload_conf()`} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cluster, pgtest.Pool(t, cluster.ConnString("postgres"))
+}
+
+// crash restarts cluster in immediate mode and drops pool's connections,
+// which died with it.
+func crash(t *testing.T, cluster *pgcluster.Cluster, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cluster.Restart(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	pool.Reset()
+}
+
+// TestLostCaptureClaim: a capture's claim commits without waiting for its
+// flush too (asyncClaim); lost in a crash, the capture stops before it
+// records an operation or calls the provider, and the retry captures once.
+func TestLostCaptureClaim(t *testing.T) {
+	cluster, pool := slowWALCluster(t)
+	ctx := context.Background()
+	w := newConnectorWorld(t, 0, func(cfg *orchestrator.Config) { cfg.Pool = pool }, "fake")
+	e := w.newTenant(t)
+	lost := 0
+	for try := range 3 {
+		p := e.authorized(t, fmt.Sprintf("cap-claim-%d", try), 900) // also wakes the WAL writer, which then sleeps
+		key := p.IdempotencyKey + "-capture"
+		fp := fingerprint(t, orchestrator.OpCapture, map[string]string{"id": p.ID}, `{}`)
+		b, err := e.svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{
+			TenantID: e.tenant, Operation: orchestrator.OpCapture, Key: key, Fingerprint: fp})
+		if err != nil || b.Claim == nil {
+			t.Fatalf("claim %s: %+v %v", key, b, err)
+		}
+		crash(t, cluster, pool)
+		if n := e.count(t, `SELECT count(*) FROM idempotency_keys WHERE key = $1`, key); n != 0 {
+			t.Logf("try %d: the claim survived the crash", try)
+			continue
+		}
+		lost++
+		_, err = e.svc.Capture(ctx, b.Claim, orchestrator.OperationInput{TenantID: e.tenant, PaymentID: p.ID, Key: key})
+		if orchestrator.ErrorCode(err) != orchestrator.CodeUnavailable {
+			t.Fatalf("try %d: capture with a lost claim: %v, want service_unavailable", try, err)
+		}
+		if n := e.count(t, `SELECT count(*) FROM payment_operations WHERE payment_id = $1`, p.ID); n != 0 {
+			t.Fatalf("try %d: an operation was recorded without its claim", try)
+		}
+		ops, err := e.fake.Operations(ctx, providers.ForwardedKey(e.tenant, orchestrator.OpCapture, key))
+		if err != nil || len(ops) != 0 {
+			t.Fatalf("try %d: the provider was called without a claim: %+v %v", try, ops, err)
+		}
+		if a := e.capture(t, p.ID, key, `{}`); a.err != nil || a.out.Payment.Status != orchestrator.StatusCaptured {
+			t.Fatalf("try %d: the retry: %+v %v", try, a.out.Payment, a.err)
+		}
+		e.wantOneHold(t, p, providers.StatusCaptured)
 	}
 	if lost == 0 {
 		t.Fatal("the crash never lost a claim: its commit waited for its WAL flush")
