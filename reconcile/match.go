@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 )
@@ -114,10 +116,23 @@ func runWindow(run Run) window {
 // pages the pairs through a cursor and the rules and stores the findings,
 // and finish stores the run's outcome.
 //
-// All of it happens on one connection of the back-office pool, and the run
-// never waits for a second connection while it holds one: runs cannot
-// deadlock the pool however many start at once. The findings commit in one
-// transaction with the run's success, so a failed run leaves none.
+// Everything it writes goes over one connection of the back-office pool,
+// and the run never waits for a second connection of that pool while it
+// holds one: runs cannot deadlock the pool however many start at once.
+// The findings commit in one transaction with the run's success, so a
+// failed run leaves none.
+//
+// With a replica (Config.Replica), the pairing cursor, the heavy read,
+// runs on a replica connection once the replica has replayed the WAL up
+// to where the primary stood after link committed (so it sees the staged
+// rows and their links), while the findings are still written in the
+// run's transaction on the primary. The run then holds a connection of
+// each pool, always taken in that order, primary first: nothing ever
+// holds a replica connection while it waits for a primary one, so the two
+// pools cannot deadlock each other either. A replica that has not caught
+// up within ReplicaMaxWait, or is down, leaves the pairing on the primary;
+// one that fails during the pairing makes the run judge the day again on
+// the primary from the start (its findings so far are rolled back).
 func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	prov := r.providers[run.Provider]
 	if prov == nil {
@@ -139,10 +154,63 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		return result{}, err
 	}
 	clock.done(phaseMatch)
+	pairsOn := "primary"
+	res, err := r.judgeOnReplica(ctx, conn, run, win, staged, clock)
+	switch {
+	case err == nil && res != nil:
+		pairsOn = "replica"
+	case err == nil || isReplicaFault(err) && ctx.Err() == nil:
+		if err != nil {
+			r.reads.Failed(ctx, err)
+		}
+		res, err = r.judgeAndFinish(ctx, conn, pairCursor{}, run, win, staged, clock)
+	}
+	if err != nil {
+		return result{}, err
+	}
+	r.logger.InfoContext(ctx, "reconciliation phases", append(clock.attrs(run.ID), "pairs_on", pairsOn)...)
+	return *res, nil
+}
+
+// judgeOnReplica judges the day with its pairs read from a replica that
+// has replayed everything committed on conn so far; nil (and no error)
+// when no replica is configured or it is not ready within ReplicaMaxWait,
+// so the day is judged on the primary instead.
+func (r *Reconciler) judgeOnReplica(ctx context.Context, conn *pgxpool.Conn, run Run, win window, staged staged,
+	clock *phaseClock) (*result, error) {
+	if !r.reads.HasReplica() {
+		return nil, nil
+	}
+	// Read on the connection held: never a second one of its pool.
+	lsn, err := readreplica.Position(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary's WAL position: %w", err)
+	}
+	rconn := r.reads.ReplicaAt(ctx, lsn)
+	if rconn == nil {
+		return nil, nil
+	}
+	defer rconn.Release()
+	rtx, err := rconn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, replicaFault{fmt.Errorf("begin on the replica: %w", err)}
+	}
+	defer func() { _ = rtx.Rollback(context.WithoutCancel(ctx)) }() // read only: nothing to commit
+	return r.judgeAndFinish(ctx, conn, pairCursor{tx: rtx, replica: true}, run, win, staged, clock)
+}
+
+// judgeAndFinish judges the day and stores its findings and outcome in
+// one transaction on conn; the pairs come from cur, or from that
+// transaction when cur has none.
+func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, cur pairCursor, run Run, win window,
+	staged staged, clock *phaseClock) (*result, error) {
 	var res result
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if cur.tx == nil {
+			cur.tx = tx
+		}
 		w := newFindingWriter(r, tx, run.ID)
-		st, err := r.judgeDay(ctx, tx, run, win, staged, w)
+		st, err := r.judgeDay(ctx, tx, cur, run, win, staged, w)
 		if err != nil {
 			return err
 		}
@@ -151,11 +219,38 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		return err
 	})
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
 	clock.done(phaseFinish)
-	r.logger.InfoContext(ctx, "reconciliation phases", clock.attrs(run.ID)...)
-	return res, nil
+	return &res, nil
+}
+
+// pairCursor is the transaction the pairing cursor lives in: the run's
+// own on the primary, or a read-only one on a replica.
+type pairCursor struct {
+	tx      pgx.Tx
+	replica bool
+}
+
+// fault marks err, from a statement of the cursor, as the replica's when
+// the cursor is on one.
+func (c pairCursor) fault(err error) error {
+	if err == nil || !c.replica {
+		return err
+	}
+	return replicaFault{err}
+}
+
+// replicaFault is an error of the pairing on a replica: the day is judged
+// again on the primary.
+type replicaFault struct{ err error }
+
+func (f replicaFault) Error() string { return "on the read replica: " + f.err.Error() }
+func (f replicaFault) Unwrap() error { return f.err }
+
+func isReplicaFault(err error) bool {
+	var f replicaFault
+	return errors.As(err, &f)
 }
 
 // phaseClock times the phases of a run for its log line.
@@ -218,10 +313,12 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 }
 
 // judgeDay judges the day in tx: the provider rows stage set aside as
-// invalid, then every pair of judgePairs, the rows of earlier attempts,
-// and the day's webhooks about objects we do not know (webhook.go). It returns the day's counts and
-// totals once every finding is stored.
-func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win window, staged staged, w *findingWriter) (*stats, error) {
+// invalid, then every pair of judgePairs (read through cur), the rows of
+// earlier attempts, and the day's webhooks about objects we do not know
+// (webhook.go). It returns the day's counts and totals once every finding
+// is stored.
+func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, cur pairCursor, run Run, win window, staged staged,
+	w *findingWriter) (*stats, error) {
 	st := newStats(win.from, win.to)
 	st.providerCount += staged.invalidInWindow
 	for _, f := range staged.invalid {
@@ -229,7 +326,7 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win windo
 			return nil, err
 		}
 	}
-	if err := r.judgePairs(ctx, tx, run, win, st, w); err != nil {
+	if err := r.judgePairs(ctx, cur, run, win, st, w); err != nil {
 		return nil, err
 	}
 	if err := judgeAbandoned(ctx, tx, run, st, w); err != nil {
@@ -319,16 +416,18 @@ const (
 	closePairsSQL = `CLOSE pairs`
 )
 
-// judgePairs reads the pairs through a server-side cursor in tx, pairBatch
-// at a time, gathers them by payment (or unmatched reference), judges each
-// group and hands the findings to w, which stores them on the same
-// connection between two FETCHes.
-func (r *Reconciler) judgePairs(ctx context.Context, tx pgx.Tx, run Run, win window, st *stats, w *findingWriter) error {
+// judgePairs reads the pairs through a server-side cursor in cur,
+// pairBatch at a time, gathers them by payment (or unmatched reference),
+// judges each group and hands the findings to w, which stores them in the
+// run's transaction between two FETCHes (on the same connection when cur
+// is that transaction).
+func (r *Reconciler) judgePairs(ctx context.Context, cur pairCursor, run Run, win window, st *stats, w *findingWriter) error {
+	tx := cur.tx
 	if _, err := tx.Exec(ctx, planPairsSQL); err != nil {
-		return fmt.Errorf("pair: %w", err)
+		return cur.fault(fmt.Errorf("pair: %w", err))
 	}
 	if _, err := tx.Exec(ctx, declarePairsSQL, run.ID, run.Provider, win.gfrom, win.gto); err != nil {
-		return fmt.Errorf("pair: %w", err)
+		return cur.fault(fmt.Errorf("pair: %w", err))
 	}
 	var (
 		g     pairGroup
@@ -337,7 +436,7 @@ func (r *Reconciler) judgePairs(ctx context.Context, tx pgx.Tx, run Run, win win
 	)
 	for {
 		if batch, err = fetchPairs(ctx, tx, batch[:0]); err != nil {
-			return err
+			return cur.fault(err)
 		}
 		for _, p := range batch {
 			if !g.continues(p) {
@@ -358,7 +457,7 @@ func (r *Reconciler) judgePairs(ctx context.Context, tx pgx.Tx, run Run, win win
 		return err
 	}
 	_, err = tx.Exec(ctx, closePairsSQL)
-	return err
+	return cur.fault(err)
 }
 
 // fetchPairs appends the next pairBatch pairs of the cursor to batch.
