@@ -163,7 +163,7 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		if err != nil {
 			r.reads.Failed(ctx, err)
 		}
-		res, err = r.judgeAndFinish(ctx, conn, pairCursor{}, run, win, staged, clock)
+		res, err = r.judgeAndFinish(ctx, conn, func(tx pgx.Tx) pairSource { return newSQLPairs(tx, run, win) }, run, win, staged, clock)
 	}
 	if err != nil {
 		return result{}, err
@@ -196,21 +196,18 @@ func (r *Reconciler) judgeOnReplica(ctx context.Context, conn *pgxpool.Conn, run
 		return nil, replicaFault{fmt.Errorf("begin on the replica: %w", err)}
 	}
 	defer func() { _ = rtx.Rollback(context.WithoutCancel(ctx)) }() // read only: nothing to commit
-	return r.judgeAndFinish(ctx, conn, pairCursor{tx: rtx, replica: true}, run, win, staged, clock)
+	return r.judgeAndFinish(ctx, conn, func(tx pgx.Tx) pairSource { return newMergedPairs(tx, rtx, run, win) }, run, win, staged, clock)
 }
 
 // judgeAndFinish judges the day and stores its findings and outcome in
-// one transaction on conn; the pairs come from cur, or from that
-// transaction when cur has none.
-func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, cur pairCursor, run Run, win window,
-	staged staged, clock *phaseClock) (*result, error) {
+// one transaction on conn; pairs makes the source of its pairs in that
+// transaction.
+func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, pairs func(tx pgx.Tx) pairSource, run Run,
+	win window, staged staged, clock *phaseClock) (*result, error) {
 	var res result
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if cur.tx == nil {
-			cur.tx = tx
-		}
 		w := newFindingWriter(r, tx, run.ID)
-		st, err := r.judgeDay(ctx, tx, cur, run, win, staged, w)
+		st, err := r.judgeDay(ctx, tx, pairs(tx), run, staged, w)
 		if err != nil {
 			return err
 		}
@@ -223,22 +220,6 @@ func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, cur
 	}
 	clock.done(phaseFinish)
 	return &res, nil
-}
-
-// pairCursor is the transaction the pairing cursor lives in: the run's
-// own on the primary, or a read-only one on a replica.
-type pairCursor struct {
-	tx      pgx.Tx
-	replica bool
-}
-
-// fault marks err, from a statement of the cursor, as the replica's when
-// the cursor is on one.
-func (c pairCursor) fault(err error) error {
-	if err == nil || !c.replica {
-		return err
-	}
-	return replicaFault{err}
 }
 
 // replicaFault is an error of the pairing on a replica: the day is judged
@@ -313,12 +294,13 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 }
 
 // judgeDay judges the day in tx: the provider rows stage set aside as
-// invalid, then every pair of judgePairs (read through cur), the rows of
+// invalid, then every pair of judgePairs (read from pairs), the rows of
 // earlier attempts, and the day's webhooks about objects we do not know
 // (webhook.go). It returns the day's counts and totals once every finding
 // is stored.
-func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, cur pairCursor, run Run, win window, staged staged,
+func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, run Run, staged staged,
 	w *findingWriter) (*stats, error) {
+	win := runWindow(run)
 	st := newStats(win.from, win.to)
 	st.providerCount += staged.invalidInWindow
 	for _, f := range staged.invalid {
@@ -326,7 +308,7 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, cur pairCursor, ru
 			return nil, err
 		}
 	}
-	if err := r.judgePairs(ctx, cur, run, win, st, w); err != nil {
+	if err := r.judgePairs(ctx, pairs, st, w); err != nil {
 		return nil, err
 	}
 	if err := judgeAbandoned(ctx, tx, run, st, w); err != nil {
@@ -416,27 +398,64 @@ const (
 	closePairsSQL = `CLOSE pairs`
 )
 
-// judgePairs reads the pairs through a server-side cursor in cur,
-// pairBatch at a time, gathers them by payment (or unmatched reference),
-// judges each group and hands the findings to w, which stores them in the
-// run's transaction between two FETCHes (on the same connection when cur
-// is that transaction).
-func (r *Reconciler) judgePairs(ctx context.Context, cur pairCursor, run Run, win window, st *stats, w *findingWriter) error {
-	tx := cur.tx
-	if _, err := tx.Exec(ctx, planPairsSQL); err != nil {
-		return cur.fault(fmt.Errorf("pair: %w", err))
+// pairSource yields the day's pairs, the rows of one payment (or of one
+// unmatched reference) together, in batches of up to pairBatch.
+type pairSource interface {
+	open(ctx context.Context) error
+	// next appends the next pairs to batch; more is false after the last.
+	next(ctx context.Context, batch []pairRow) (_ []pairRow, more bool, err error)
+	close(ctx context.Context) error
+}
+
+// sqlPairs pairs in one query, the pairing cursor of declarePairsSQL, in
+// the run's transaction on the primary.
+type sqlPairs struct {
+	tx  pgx.Tx
+	run Run
+	win window
+}
+
+func newSQLPairs(tx pgx.Tx, run Run, win window) *sqlPairs {
+	return &sqlPairs{tx: tx, run: run, win: win}
+}
+
+func (p *sqlPairs) open(ctx context.Context) error {
+	if _, err := p.tx.Exec(ctx, planPairsSQL); err != nil {
+		return fmt.Errorf("pair: %w", err)
 	}
-	if _, err := tx.Exec(ctx, declarePairsSQL, run.ID, run.Provider, win.gfrom, win.gto); err != nil {
-		return cur.fault(fmt.Errorf("pair: %w", err))
+	if _, err := p.tx.Exec(ctx, declarePairsSQL, p.run.ID, p.run.Provider, p.win.gfrom, p.win.gto); err != nil {
+		return fmt.Errorf("pair: %w", err)
+	}
+	return nil
+}
+
+func (p *sqlPairs) next(ctx context.Context, batch []pairRow) ([]pairRow, bool, error) {
+	batch, err := fetchPairs(ctx, p.tx, batch)
+	return batch, len(batch) == pairBatch, err
+}
+
+func (p *sqlPairs) close(ctx context.Context) error {
+	_, err := p.tx.Exec(ctx, closePairsSQL)
+	return err
+}
+
+// judgePairs reads the pairs from src, pairBatch at a time, gathers them
+// by payment (or unmatched reference), judges each group and hands the
+// findings to w, which stores them in the run's transaction between two
+// batches.
+func (r *Reconciler) judgePairs(ctx context.Context, src pairSource, st *stats, w *findingWriter) error {
+	if err := src.open(ctx); err != nil {
+		return err
 	}
 	var (
 		g     pairGroup
 		batch = make([]pairRow, 0, pairBatch)
+		more  bool
 		err   error
 	)
 	for {
-		if batch, err = fetchPairs(ctx, tx, batch[:0]); err != nil {
-			return cur.fault(err)
+		if batch, more, err = src.next(ctx, batch[:0]); err != nil {
+			return err
 		}
 		for _, p := range batch {
 			if !g.continues(p) {
@@ -449,15 +468,14 @@ func (r *Reconciler) judgePairs(ctx context.Context, cur pairCursor, run Run, wi
 				g.rows = append(g.rows, *p.r)
 			}
 		}
-		if len(batch) < pairBatch {
+		if !more {
 			break
 		}
 	}
 	if err := r.judgeGroup(ctx, g, st, w); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, closePairsSQL)
-	return cur.fault(err)
+	return src.close(ctx)
 }
 
 // fetchPairs appends the next pairBatch pairs of the cursor to batch.
