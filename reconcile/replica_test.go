@@ -33,7 +33,7 @@ type replicaEnv struct {
 	// reads is rec's pool on the standby.
 	readPool *pgxpool.Pool
 	rec      *reconcile.Reconciler
-	metrics *sdkmetric.ManualReader
+	metrics  *sdkmetric.ManualReader
 }
 
 func newReplicaEnv(t *testing.T, maxWait time.Duration) *replicaEnv {
