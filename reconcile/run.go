@@ -45,7 +45,8 @@ type Config struct {
 	// by Pool. Writes, and the reads that decide a write, stay on Pool.
 	Replica *pgxpool.Pool
 	// ReplicaMaxWait bounds how long a read waits for Replica to catch up
-	// before it goes to Pool; 0 means readreplica.DefaultMaxWait.
+	// before it goes to Pool; 0 means readreplica.DefaultMaxWait, negative
+	// no wait (only a replica already caught up serves).
 	ReplicaMaxWait time.Duration
 	Providers      map[string]providers.Provider
 	// MaxRuns caps the runs this Reconciler executes at once; the others
