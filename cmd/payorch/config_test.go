@@ -460,8 +460,8 @@ func TestReadReplicaConfig(t *testing.T) {
 		t.Fatalf("set: %q %v (%v)", cfg.DatabaseReadURL, cfg.ReadReplicaMaxWait, err)
 	}
 	for name, env := range map[string]map[string]string{
-		"DATABASE_READ_URL":             {"DATABASE_READ_URL": "postgres://payorch@replica:notaport/payorch"},
-		"PAYORCH_READ_REPLICA_MAX_WAIT": {"PAYORCH_READ_REPLICA_MAX_WAIT": "-1s"},
+		"DATABASE_READ_URL":              {"DATABASE_READ_URL": "postgres://payorch@replica:notaport/payorch"},
+		"PAYORCH_READ_REPLICA_MAX_WAIT":  {"PAYORCH_READ_REPLICA_MAX_WAIT": "-1s"},
 		"PAYORCH_READ_REPLICA_MAX_WAIT:": {"PAYORCH_READ_REPLICA_MAX_WAIT": "2m"},
 	} {
 		if _, err := loadConfig(envOf(env)); err == nil || !strings.HasPrefix(err.Error(), strings.TrimSuffix(name, ":")) {
