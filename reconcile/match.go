@@ -122,11 +122,13 @@ func runWindow(run Run) window {
 // The findings commit in one transaction with the run's success, so a
 // failed run leaves none.
 //
-// With a replica (Config.Replica), the pairing cursor, the heavy read,
-// runs on a replica connection once the replica has replayed the WAL up
-// to where the primary stood after link committed (so it sees the staged
-// rows and their links), while the findings are still written in the
-// run's transaction on the primary. The run then holds a connection of
+// With a replica (Config.Replica), the pairing's heavy read, the day's
+// payments, runs on a replica connection once the replica has replayed
+// the WAL up to where the primary stood after link committed (so it has
+// every payment a staged row was linked to), merged with the staged rows
+// read on the primary (mergedPairs: the staging table is unlogged, so a
+// replica never has it); the findings are still written in the run's
+// transaction on the primary. The run then holds a connection of
 // each pool, always taken in that order, primary first: nothing ever
 // holds a replica connection while it waits for a primary one, so the two
 // pools cannot deadlock each other either. A replica that has not caught
