@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/orchestrator"
 )
@@ -99,9 +100,10 @@ func knownCategory(c string) bool {
 }
 
 // discrepancyQuery returns the SQL and arguments selecting f's
-// discrepancies in id order (after StartingAfter, at most limit when > 0).
-func (r *Reconciler) discrepancyQuery(ctx context.Context, f DiscrepancyFilter, limit int) (string, []any, error) {
-	run, err := r.GetRun(ctx, f.RunID)
+// discrepancies in id order (after StartingAfter, at most limit when > 0),
+// reading f's run on q.
+func (r *Reconciler) discrepancyQuery(ctx context.Context, q querier, f DiscrepancyFilter, limit int) (string, []any, error) {
+	run, err := r.getRun(ctx, q, f.RunID)
 	if err != nil {
 		return "", nil, err
 	}
@@ -115,7 +117,7 @@ func (r *Reconciler) discrepancyQuery(ctx context.Context, f DiscrepancyFilter, 
 		where = `d.run_id = $1 AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies c
 			WHERE c.run_id = ` + strconv.FormatInt(run.ID, 10) + ` AND c.fingerprint = d.fingerprint)`
 	}
-	q := `SELECT ` + discrepancyColsD + ` FROM reconciliation_discrepancies d WHERE ` + where + `
+	sql := `SELECT ` + discrepancyColsD + ` FROM reconciliation_discrepancies d WHERE ` + where + `
 		AND ($2 = '' OR d.category = $2)
 		AND ($3 = '' OR ($3 = 'open') = (d.resolved_at IS NULL))
 		AND ($4 = '' OR $4 = 'gone' OR d.change = $4)
@@ -123,10 +125,10 @@ func (r *Reconciler) discrepancyQuery(ctx context.Context, f DiscrepancyFilter, 
 		ORDER BY d.id`
 	args := []any{target, f.Category, f.State, f.Change, f.StartingAfter}
 	if limit > 0 {
-		q += ` LIMIT $6`
+		sql += ` LIMIT $6`
 		args = append(args, limit)
 	}
-	return q, args, nil
+	return sql, args, nil
 }
 
 // csvAfterArg is the index of StartingAfter in discrepancyQuery's
@@ -137,7 +139,8 @@ const discrepancyColsD = `d.id, d.run_id, d.category, d.tenant_id, d.payment_id,
 	d.actual, d.currency, d.difference_minor, d.change, d.detail, d.created_at, d.resolved_at, d.resolved_by, d.resolution_note`
 
 // ListDiscrepancies returns a page of a run's discrepancies and whether
-// more follow. Errors: not_found (run), validation_failed.
+// more follow (from the replica when it has caught up). Errors: not_found
+// (run), validation_failed.
 func (r *Reconciler) ListDiscrepancies(ctx context.Context, f DiscrepancyFilter) ([]Discrepancy, bool, error) {
 	if err := f.Validate(); err != nil {
 		return nil, false, err
@@ -145,14 +148,20 @@ func (r *Reconciler) ListDiscrepancies(ctx context.Context, f DiscrepancyFilter)
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	q, args, err := r.discrepancyQuery(ctx, f, f.Limit+1)
+	var ds []Discrepancy
+	err := r.read(ctx, func(conn *pgxpool.Conn) error {
+		q, args, err := r.discrepancyQuery(ctx, conn, f, f.Limit+1)
+		if err != nil {
+			return err
+		}
+		rows, _ := conn.Query(ctx, q, args...)
+		if ds, err = pgx.CollectRows(rows, scanDiscrepancy); err != nil {
+			return fmt.Errorf("reconcile: list discrepancies: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, false, err
-	}
-	rows, _ := r.pool.Query(ctx, q, args...)
-	ds, err := pgx.CollectRows(rows, scanDiscrepancy)
-	if err != nil {
-		return nil, false, fmt.Errorf("reconcile: list discrepancies: %w", err)
 	}
 	more := len(ds) > f.Limit
 	if more {
@@ -171,14 +180,27 @@ const csvPage = 1000
 // WriteCSV writes every discrepancy matching f as CSV to w. It reads them
 // in pages of csvPage by id, each in a short query whose connection goes
 // back to the pool before the page is written, so a client that reads
-// slowly (or not at all) holds no database connection.
-// Errors: not_found (run), validation_failed.
+// slowly (or not at all) holds no database connection. Each page comes
+// from the replica when it has replayed every write committed before the
+// export began. Errors: not_found (run), validation_failed.
 func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFilter) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
 	f.StartingAfter = 0
-	q, args, err := r.discrepancyQuery(ctx, f, csvPage)
+	lsn, err := r.reads.Position(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: csv: %w", err)
+	}
+	var (
+		q    string
+		args []any
+	)
+	err = r.reads.Read(ctx, lsn, func(conn *pgxpool.Conn) error {
+		var err error
+		q, args, err = r.discrepancyQuery(ctx, conn, f, csvPage)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -193,8 +215,13 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 		return csvSafe(*p)
 	}
 	for {
-		rows, _ := r.pool.Query(ctx, q, args...)
-		page, err := pgx.CollectRows(rows, scanDiscrepancy)
+		var page []Discrepancy
+		err := r.reads.Read(ctx, lsn, func(conn *pgxpool.Conn) error {
+			rows, _ := conn.Query(ctx, q, args...)
+			var err error
+			page, err = pgx.CollectRows(rows, scanDiscrepancy)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("reconcile: csv: %w", err)
 		}
@@ -306,7 +333,8 @@ const discrepanciesPerDaySQL = `
 
 // DiscrepanciesPerDay returns the open discrepancies of each of the last
 // days business dates, today's (in the reconciler's time zone) last: for
-// each day, those of every provider's latest succeeded run of it.
+// each day, those of every provider's latest succeeded run of it (from
+// the replica when it has caught up).
 // Errors: validation_failed (days not from 1 to MaxDiscrepancyDays).
 func (r *Reconciler) DiscrepanciesPerDay(ctx context.Context, days int) ([]DayCount, error) {
 	if days < 1 || days > MaxDiscrepancyDays {
@@ -314,8 +342,13 @@ func (r *Reconciler) DiscrepanciesPerDay(ctx context.Context, days int) ([]DayCo
 	}
 	today := r.now().In(r.loc)
 	from := today.AddDate(0, 0, 1-days)
-	rows, _ := r.pool.Query(ctx, discrepanciesPerDaySQL, from.Format(time.DateOnly), today.Format(time.DateOnly))
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[DayCount])
+	var out []DayCount
+	err := r.read(ctx, func(conn *pgxpool.Conn) error {
+		rows, _ := conn.Query(ctx, discrepanciesPerDaySQL, from.Format(time.DateOnly), today.Format(time.DateOnly))
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[DayCount])
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: discrepancies per day: %w", err)
 	}

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 )
@@ -114,10 +116,25 @@ func runWindow(run Run) window {
 // pages the pairs through a cursor and the rules and stores the findings,
 // and finish stores the run's outcome.
 //
-// All of it happens on one connection of the back-office pool, and the run
-// never waits for a second connection while it holds one: runs cannot
-// deadlock the pool however many start at once. The findings commit in one
-// transaction with the run's success, so a failed run leaves none.
+// Everything it writes goes over one connection of the back-office pool,
+// and the run never waits for a second connection of that pool while it
+// holds one: runs cannot deadlock the pool however many start at once.
+// The findings commit in one transaction with the run's success, so a
+// failed run leaves none.
+//
+// With a replica (Config.Replica), the pairing's heavy read, the day's
+// payments, runs on a replica connection once the replica has replayed
+// the WAL up to where the primary stood after link committed (so it has
+// every payment a staged row was linked to), merged with the staged rows
+// read on the primary (mergedPairs: the staging table is unlogged, so a
+// replica never has it); the findings are still written in the run's
+// transaction on the primary. The run then holds a connection of
+// each pool, always taken in that order, primary first: nothing ever
+// holds a replica connection while it waits for a primary one, so the two
+// pools cannot deadlock each other either. A replica that has not caught
+// up within ReplicaMaxWait, or is down, leaves the pairing on the primary;
+// one that fails during the pairing makes the run judge the day again on
+// the primary from the start (its findings so far are rolled back).
 func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	prov := r.providers[run.Provider]
 	if prov == nil {
@@ -139,10 +156,60 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		return result{}, err
 	}
 	clock.done(phaseMatch)
+	pairsOn := "primary"
+	res, err := r.judgeOnReplica(ctx, conn, run, win, staged, clock)
+	switch {
+	case err == nil && res != nil:
+		pairsOn = "replica"
+	case err == nil || isReplicaFault(err) && ctx.Err() == nil:
+		if err != nil {
+			r.reads.Failed(ctx, err)
+		}
+		res, err = r.judgeAndFinish(ctx, conn, func(tx pgx.Tx) pairSource { return newSQLPairs(tx, run, win) }, run, win, staged, clock)
+	}
+	if err != nil {
+		return result{}, err
+	}
+	r.logger.InfoContext(ctx, "reconciliation phases", append(clock.attrs(run.ID), "pairs_on", pairsOn)...)
+	return *res, nil
+}
+
+// judgeOnReplica judges the day with its pairs read from a replica that
+// has replayed everything committed on conn so far; nil (and no error)
+// when no replica is configured or it is not ready within ReplicaMaxWait,
+// so the day is judged on the primary instead.
+func (r *Reconciler) judgeOnReplica(ctx context.Context, conn *pgxpool.Conn, run Run, win window, staged staged,
+	clock *phaseClock) (*result, error) {
+	if !r.reads.HasReplica() {
+		return nil, nil
+	}
+	// Read on the connection held: never a second one of its pool.
+	lsn, err := readreplica.Position(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary's WAL position: %w", err)
+	}
+	rconn := r.reads.ReplicaAt(ctx, lsn)
+	if rconn == nil {
+		return nil, nil
+	}
+	defer rconn.Release()
+	rtx, err := rconn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, replicaFault{fmt.Errorf("begin on the replica: %w", err)}
+	}
+	defer func() { _ = rtx.Rollback(context.WithoutCancel(ctx)) }() // read only: nothing to commit
+	return r.judgeAndFinish(ctx, conn, func(tx pgx.Tx) pairSource { return newMergedPairs(tx, rtx, run, win) }, run, win, staged, clock)
+}
+
+// judgeAndFinish judges the day and stores its findings and outcome in
+// one transaction on conn; pairs makes the source of its pairs in that
+// transaction.
+func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, pairs func(tx pgx.Tx) pairSource, run Run,
+	win window, staged staged, clock *phaseClock) (*result, error) {
 	var res result
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		w := newFindingWriter(r, tx, run.ID)
-		st, err := r.judgeDay(ctx, tx, run, win, staged, w)
+		st, err := r.judgeDay(ctx, tx, pairs(tx), run, staged, w)
 		if err != nil {
 			return err
 		}
@@ -151,11 +218,22 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		return err
 	})
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
 	clock.done(phaseFinish)
-	r.logger.InfoContext(ctx, "reconciliation phases", clock.attrs(run.ID)...)
-	return res, nil
+	return &res, nil
+}
+
+// replicaFault is an error of the pairing on a replica: the day is judged
+// again on the primary.
+type replicaFault struct{ err error }
+
+func (f replicaFault) Error() string { return "on the read replica: " + f.err.Error() }
+func (f replicaFault) Unwrap() error { return f.err }
+
+func isReplicaFault(err error) bool {
+	var f replicaFault
+	return errors.As(err, &f)
 }
 
 // phaseClock times the phases of a run for its log line.
@@ -218,10 +296,13 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 }
 
 // judgeDay judges the day in tx: the provider rows stage set aside as
-// invalid, then every pair of judgePairs, the rows of earlier attempts,
-// and the day's webhooks about objects we do not know (webhook.go). It returns the day's counts and
-// totals once every finding is stored.
-func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win window, staged staged, w *findingWriter) (*stats, error) {
+// invalid, then every pair of judgePairs (read from pairs), the rows of
+// earlier attempts, and the day's webhooks about objects we do not know
+// (webhook.go). It returns the day's counts and totals once every finding
+// is stored.
+func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, run Run, staged staged,
+	w *findingWriter) (*stats, error) {
+	win := runWindow(run)
 	st := newStats(win.from, win.to)
 	st.providerCount += staged.invalidInWindow
 	for _, f := range staged.invalid {
@@ -229,7 +310,7 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win windo
 			return nil, err
 		}
 	}
-	if err := r.judgePairs(ctx, tx, run, win, st, w); err != nil {
+	if err := r.judgePairs(ctx, pairs, st, w); err != nil {
 		return nil, err
 	}
 	if err := judgeAbandoned(ctx, tx, run, st, w); err != nil {
@@ -319,24 +400,63 @@ const (
 	closePairsSQL = `CLOSE pairs`
 )
 
-// judgePairs reads the pairs through a server-side cursor in tx, pairBatch
-// at a time, gathers them by payment (or unmatched reference), judges each
-// group and hands the findings to w, which stores them on the same
-// connection between two FETCHes.
-func (r *Reconciler) judgePairs(ctx context.Context, tx pgx.Tx, run Run, win window, st *stats, w *findingWriter) error {
-	if _, err := tx.Exec(ctx, planPairsSQL); err != nil {
+// pairSource yields the day's pairs, the rows of one payment (or of one
+// unmatched reference) together, in batches of up to pairBatch.
+type pairSource interface {
+	open(ctx context.Context) error
+	// next appends the next pairs to batch; more is false after the last.
+	next(ctx context.Context, batch []pairRow) (_ []pairRow, more bool, err error)
+	close(ctx context.Context) error
+}
+
+// sqlPairs pairs in one query, the pairing cursor of declarePairsSQL, in
+// the run's transaction on the primary.
+type sqlPairs struct {
+	tx  pgx.Tx
+	run Run
+	win window
+}
+
+func newSQLPairs(tx pgx.Tx, run Run, win window) *sqlPairs {
+	return &sqlPairs{tx: tx, run: run, win: win}
+}
+
+func (p *sqlPairs) open(ctx context.Context) error {
+	if _, err := p.tx.Exec(ctx, planPairsSQL); err != nil {
 		return fmt.Errorf("pair: %w", err)
 	}
-	if _, err := tx.Exec(ctx, declarePairsSQL, run.ID, run.Provider, win.gfrom, win.gto); err != nil {
+	if _, err := p.tx.Exec(ctx, declarePairsSQL, p.run.ID, p.run.Provider, p.win.gfrom, p.win.gto); err != nil {
 		return fmt.Errorf("pair: %w", err)
+	}
+	return nil
+}
+
+func (p *sqlPairs) next(ctx context.Context, batch []pairRow) ([]pairRow, bool, error) {
+	batch, err := fetchPairs(ctx, p.tx, batch)
+	return batch, len(batch) == pairBatch, err
+}
+
+func (p *sqlPairs) close(ctx context.Context) error {
+	_, err := p.tx.Exec(ctx, closePairsSQL)
+	return err
+}
+
+// judgePairs reads the pairs from src, pairBatch at a time, gathers them
+// by payment (or unmatched reference), judges each group and hands the
+// findings to w, which stores them in the run's transaction between two
+// batches.
+func (r *Reconciler) judgePairs(ctx context.Context, src pairSource, st *stats, w *findingWriter) error {
+	if err := src.open(ctx); err != nil {
+		return err
 	}
 	var (
 		g     pairGroup
 		batch = make([]pairRow, 0, pairBatch)
+		more  bool
 		err   error
 	)
 	for {
-		if batch, err = fetchPairs(ctx, tx, batch[:0]); err != nil {
+		if batch, more, err = src.next(ctx, batch[:0]); err != nil {
 			return err
 		}
 		for _, p := range batch {
@@ -350,15 +470,14 @@ func (r *Reconciler) judgePairs(ctx context.Context, tx pgx.Tx, run Run, win win
 				g.rows = append(g.rows, *p.r)
 			}
 		}
-		if len(batch) < pairBatch {
+		if !more {
 			break
 		}
 	}
 	if err := r.judgeGroup(ctx, g, st, w); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, closePairsSQL)
-	return err
+	return src.close(ctx)
 }
 
 // fetchPairs appends the next pairBatch pairs of the cursor to batch.

@@ -62,7 +62,12 @@ func newEnv(t testing.TB, fcfg fake.Config) *env {
 // another process, for instance).
 func newEnvWith(t testing.TB, clk *testkit.Clock, fc *fake.Client) *env {
 	t.Helper()
-	pool := pgtest.DB(t)
+	return newEnvOn(t, clk, fc, pgtest.DB(t))
+}
+
+// newEnvOn wires an env on the database of pool.
+func newEnvOn(t testing.TB, clk *testkit.Clock, fc *fake.Client, pool *pgxpool.Pool) *env {
+	t.Helper()
 	provs := map[string]providers.Provider{"fake": fc}
 	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Clock: clk.Now, Providers: provs, DefaultProvider: "fake",
 		ProviderTimeout: 500 * time.Millisecond})

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 )
@@ -34,8 +35,20 @@ type Config struct {
 	// CSV exports take their connections from it. Give it a pool of its own
 	// (cmd/payorch: PAYORCH_BACKOFFICE_MAX_CONNS), never the pool payments
 	// use, so back-office work cannot starve merchants.
-	Pool      *pgxpool.Pool
-	Providers map[string]providers.Provider
+	Pool *pgxpool.Pool
+	// Replica, when set, is a pool on a streaming replica of Pool's
+	// primary (cmd/payorch: DATABASE_READ_URL, as many connections as
+	// Pool). Runs read their pairs from it, and finance's lists (runs, a
+	// run, its discrepancies and their CSV, discrepancies per day) are
+	// served by it, each only once it has replayed every write committed
+	// on the primary before the read began (internal/readreplica), else
+	// by Pool. Writes, and the reads that decide a write, stay on Pool.
+	Replica *pgxpool.Pool
+	// ReplicaMaxWait bounds how long a read waits for Replica to catch up
+	// before it goes to Pool; 0 means readreplica.DefaultMaxWait, negative
+	// no wait (only a replica already caught up serves).
+	ReplicaMaxWait time.Duration
+	Providers      map[string]providers.Provider
 	// MaxRuns caps the runs this Reconciler executes at once; the others
 	// wait their turn in order (status running, lease kept alive). 0 means
 	// half of Pool's connections, at least 1, so that heartbeats and
@@ -81,6 +94,9 @@ type Reconciler struct {
 	// one (channel senders are served in order).
 	turns  chan struct{}
 	leases *leases
+	// reads sends finance's reads and the pairing to Replica when it has
+	// caught up, else to pool.
+	reads *readreplica.Router
 }
 
 // DefaultRunTimeout bounds one run's work when Config.RunTimeout is 0.
@@ -117,6 +133,8 @@ func New(cfg Config) *Reconciler {
 	if r.logger == nil {
 		r.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	r.reads = readreplica.New(readreplica.Config{Primary: cfg.Pool, Replica: cfg.Replica, MaxWait: cfg.ReplicaMaxWait,
+		Logger: r.logger, MeterProvider: cfg.MeterProvider})
 	var err error
 	if r.tel, err = newTelemetry(r, cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		r.logger.Warn("reconcile: telemetry instruments", "error", err)
@@ -325,7 +343,18 @@ func (r *Reconciler) Execute(ctx context.Context, run Run) (Run, error) {
 	}
 	logger.InfoContext(ctx, "reconciliation finished", "duration", time.Since(start), "local", res.LocalCount,
 		"provider", res.ProviderCount, "discrepancies", res.DiscrepancyCount)
-	return r.GetRun(ctx, run.ID)
+	return r.getRun(ctx, r.pool, run.ID) // on the primary: the replica may not have the finish yet
+}
+
+// read runs fn on a connection that sees every write committed before
+// the call: the replica's when it has caught up, else the primary's
+// (readreplica.Router.Read).
+func (r *Reconciler) read(ctx context.Context, fn func(conn *pgxpool.Conn) error) error {
+	lsn, err := r.reads.Position(ctx)
+	if err != nil {
+		return err
+	}
+	return r.reads.Read(ctx, lsn, fn)
 }
 
 // failTimeout bounds recording a failed run.
@@ -382,10 +411,27 @@ func failureReason(runID int64, err error) string {
 	return "internal error; see the logs for run " + itoa(runID)
 }
 
-// GetRun reads one run. A run whose executor died (its lease ran out) reads
-// as failed. Errors: not_found.
+// GetRun reads one run (from the replica when it has caught up). A run
+// whose executor died (its lease ran out) reads as failed. Errors:
+// not_found.
 func (r *Reconciler) GetRun(ctx context.Context, id int64) (Run, error) {
-	rows, _ := r.pool.Query(ctx, `SELECT `+runCols+` FROM reconciliation_runs WHERE id = $1`, id)
+	var run Run
+	err := r.read(ctx, func(conn *pgxpool.Conn) error {
+		var err error
+		run, err = r.getRun(ctx, conn, id)
+		return err
+	})
+	return run, err
+}
+
+// querier runs queries: a pool, or a connection of one.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// getRun reads one run on q (see GetRun).
+func (r *Reconciler) getRun(ctx context.Context, q querier, id int64) (Run, error) {
+	rows, _ := q.Query(ctx, `SELECT `+runCols+` FROM reconciliation_runs WHERE id = $1`, id)
 	run, err := pgx.CollectExactlyOneRow(rows, scanRun)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no reconciliation run %d", id)
@@ -444,7 +490,8 @@ type RunFilter struct {
 	StartingAfter int64
 }
 
-// ListRuns lists runs and whether more follow.
+// ListRuns lists runs and whether more follow (from the replica when it
+// has caught up).
 func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, bool, error) {
 	if f.Limit <= 0 || f.Limit > 100 {
 		f.Limit = 20
@@ -452,9 +499,13 @@ func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, bool, er
 	q := `SELECT ` + runCols + ` FROM reconciliation_runs
 		WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR business_date = $2::date) AND ($3::bigint = 0 OR id < $3)
 		ORDER BY id DESC LIMIT $4`
-	date := f.Date
-	rows, _ := r.pool.Query(ctx, q, f.Provider, date, f.StartingAfter, f.Limit+1)
-	runs, err := pgx.CollectRows(rows, scanRun)
+	var runs []Run
+	err := r.read(ctx, func(conn *pgxpool.Conn) error {
+		rows, _ := conn.Query(ctx, q, f.Provider, f.Date, f.StartingAfter, f.Limit+1)
+		var err error
+		runs, err = pgx.CollectRows(rows, scanRun)
+		return err
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("reconcile: list runs: %w", err)
 	}

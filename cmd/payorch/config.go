@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
 )
 
@@ -40,6 +43,19 @@ type config struct {
 	// connection and migrations (`serve` on start, `payorch migrate`) use
 	// it when set. Empty: they use DATABASE_URL.
 	DatabaseDirectURL string
+	// DatabaseReadURL (DATABASE_READ_URL) is a streaming replica of the
+	// primary (or a pooler in front of one, set up like DATABASE_URL's):
+	// reconciliation's pairing and finance's lists read from it once it
+	// has replayed every write committed on the primary before the read
+	// began, else from the primary (internal/readreplica). It gets a pool
+	// of PAYORCH_BACKOFFICE_MAX_CONNS connections. Empty: every read on
+	// the primary.
+	DatabaseReadURL string
+	// ReadReplicaMaxWait (PAYORCH_READ_REPLICA_MAX_WAIT) bounds how long a
+	// read waits for DATABASE_READ_URL to catch up (its connection
+	// included) before it goes to the primary; 0: only a replica already
+	// caught up serves.
+	ReadReplicaMaxWait time.Duration
 	// Listen (PAYORCH_LISTEN) is the API's address.
 	Listen string
 	// RateLimit (PAYORCH_RATE_LIMIT) is requests per second per API key,
@@ -259,6 +275,7 @@ func defaultConfig() config {
 		ReplayCache:     10_000,
 
 		BackofficeMaxConns: 4,
+		ReadReplicaMaxWait: readreplica.DefaultMaxWait,
 
 		ConsoleSignInLimit: 10,
 
@@ -308,6 +325,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("DATABASE_URL", &c.DatabaseURL)
 	str("PAYORCH_DATABASE_POOLER", &c.DatabasePooler)
 	str("DATABASE_DIRECT_URL", &c.DatabaseDirectURL)
+	str("DATABASE_READ_URL", &c.DatabaseReadURL)
 	str("PAYORCH_LISTEN", &c.Listen)
 	str("PAYORCH_LOG_LEVEL", &c.LogLevel)
 	str("PAYORCH_DATA_DIR", &c.DataDir)
@@ -361,6 +379,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	dur("PAYORCH_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	dur("PAYORCH_READ_REPLICA_MAX_WAIT", &c.ReadReplicaMaxWait)
 	dur("PAYORCH_PROVIDER_TIMEOUT", &c.ProviderTimeout)
 	dur("PAYORCH_IDEMPOTENCY_TTL", &c.IdempotencyTTL)
 	dur("PAYORCH_IDEMPOTENCY_LEASE", &c.IdempotencyLease)
@@ -440,6 +459,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_DB_MAX_CONNS: must be at least 2")
 	case c.BackofficeMaxConns < 2 || c.BackofficeMaxConns > 1000:
 		return errors.New("PAYORCH_BACKOFFICE_MAX_CONNS: must be from 2 to 1000 (a run and a connection for heartbeats and reads)")
+	case c.ReadReplicaMaxWait < 0 || c.ReadReplicaMaxWait > time.Minute:
+		return errors.New("PAYORCH_READ_REPLICA_MAX_WAIT: must be from 0 (only a replica already caught up serves) to 1m")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("PAYORCH_SHUTDOWN_TIMEOUT: must be positive")
 	case c.DataDir == "":
@@ -476,6 +497,11 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_BREAKER_ERROR_PERCENT: must be from 1 to 100")
 	case c.Breaker.Cooldown < time.Second || c.Breaker.Cooldown > 24*time.Hour:
 		return errors.New("PAYORCH_BREAKER_COOLDOWN: must be from 1s to 24h")
+	}
+	if c.DatabaseReadURL != "" {
+		if _, err := pgx.ParseConfig(c.DatabaseReadURL); err != nil {
+			return fmt.Errorf("DATABASE_READ_URL: %w", err)
+		}
 	}
 	if err := c.validateFake(); err != nil {
 		return err

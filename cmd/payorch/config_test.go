@@ -447,3 +447,25 @@ func TestDevBannerListsConnectors(t *testing.T) {
 		})
 	}
 }
+
+func TestReadReplicaConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(envOf(nil))
+	if err != nil || cfg.DatabaseReadURL != "" || cfg.ReadReplicaMaxWait != 2*time.Second || readReplicaMaxWait(cfg) != 2*time.Second {
+		t.Fatalf("defaults: %q %v (%v)", cfg.DatabaseReadURL, cfg.ReadReplicaMaxWait, err)
+	}
+	cfg, err = loadConfig(envOf(map[string]string{"DATABASE_READ_URL": "postgres://payorch@replica:5432/payorch",
+		"PAYORCH_READ_REPLICA_MAX_WAIT": "0"}))
+	if err != nil || cfg.DatabaseReadURL == "" || cfg.ReadReplicaMaxWait != 0 || readReplicaMaxWait(cfg) >= 0 {
+		t.Fatalf("set: %q %v (%v)", cfg.DatabaseReadURL, cfg.ReadReplicaMaxWait, err)
+	}
+	for name, env := range map[string]map[string]string{
+		"DATABASE_READ_URL":              {"DATABASE_READ_URL": "postgres://payorch@replica:notaport/payorch"},
+		"PAYORCH_READ_REPLICA_MAX_WAIT":  {"PAYORCH_READ_REPLICA_MAX_WAIT": "-1s"},
+		"PAYORCH_READ_REPLICA_MAX_WAIT:": {"PAYORCH_READ_REPLICA_MAX_WAIT": "2m"},
+	} {
+		if _, err := loadConfig(envOf(env)); err == nil || !strings.HasPrefix(err.Error(), strings.TrimSuffix(name, ":")) {
+			t.Errorf("%v: err %v", env, err)
+		}
+	}
+}

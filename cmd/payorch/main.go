@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -142,7 +143,7 @@ func openNamedPool(ctx context.Context, cfg config, url string, maxConns int, na
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = int32(maxConns)
-	if cfg.DatabasePooler == poolerTransaction && url == cfg.DatabaseURL {
+	if cfg.DatabasePooler == poolerTransaction && (url == cfg.DatabaseURL || url == cfg.DatabaseReadURL) {
 		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	if tel != nil {
@@ -163,6 +164,57 @@ func openNamedPool(ctx context.Context, cfg config, url string, maxConns int, na
 		}
 	}
 	return pool, nil
+}
+
+// openReplicaPool opens the pool on DATABASE_READ_URL (nil when it is
+// unset): PAYORCH_BACKOFFICE_MAX_CONNS connections, traced, its
+// statistics named "replica". A replica that is down or is no standby
+// does not stop the command (its reads go to the primary): it is only
+// warned about.
+func openReplicaPool(ctx context.Context, cfg config, logger *slog.Logger, tel *telemetry) (*pgxpool.Pool, error) {
+	if cfg.DatabaseReadURL == "" {
+		return nil, nil
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseReadURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
+	}
+	pc.MaxConns = int32(cfg.BackofficeMaxConns)
+	if cfg.DatabasePooler == poolerTransaction {
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
+	if tel != nil {
+		tel.traceDatabase(pc)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_READ_URL: %w", err)
+	}
+	if tel != nil {
+		if err := tel.recordPoolStats(pool, "replica"); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("read replica pool metrics: %w", err)
+		}
+	}
+	var standby bool
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	switch err := pool.QueryRow(cctx, `SELECT pg_is_in_recovery()`).Scan(&standby); {
+	case err != nil:
+		logger.Warn("DATABASE_READ_URL does not answer; its reads go to the primary until it does", "error", err)
+	case !standby:
+		logger.Warn("DATABASE_READ_URL is not a standby (not in recovery); its reads go to the primary")
+	}
+	return pool, nil
+}
+
+// readReplicaMaxWait is reconcile.Config's ReplicaMaxWait for
+// PAYORCH_READ_REPLICA_MAX_WAIT, whose 0 means no wait.
+func readReplicaMaxWait(cfg config) time.Duration {
+	if cfg.ReadReplicaMaxWait == 0 {
+		return -1
+	}
+	return cfg.ReadReplicaMaxWait
 }
 
 // migrate applies pending migrations under the cluster-wide migration lock.

@@ -203,7 +203,14 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				}
 			}))
 	}
-	rec := newReconciler(cfg, backoffice, logger, provs, tel)
+	replica, err := openReplicaPool(ctx, cfg, logger, tel)
+	if err != nil {
+		return err
+	}
+	if replica != nil {
+		defer replica.Close()
+	}
+	rec := newReconciler(cfg, backoffice, replica, logger, provs, tel)
 	if cfg.SweepInterval > 0 {
 		// A run whose instance died is recorded failed, and announced.
 		workers = append(workers, orchestrator.NewWorker("abandoned-runs", cfg.SweepInterval, time.Minute, logger,
@@ -363,10 +370,13 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 }
 
 // newReconciler wires the Reconciler on pool: the back-office pool for
-// `serve` and `dev`, the command's only pool for `payorch reconcile`.
-func newReconciler(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry) *reconcile.Reconciler {
+// `serve` and `dev`, the command's only pool for `payorch reconcile`;
+// replica (DATABASE_READ_URL, or nil) serves its reads when caught up.
+func newReconciler(cfg config, pool, replica *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider,
+	tel *telemetry) *reconcile.Reconciler {
 	loc, _ := time.LoadLocation(cfg.ReconcileTZ) // validated
-	return reconcile.New(reconcile.Config{Pool: pool, Providers: provs, Location: loc, Grace: cfg.ReconcileGrace,
+	return reconcile.New(reconcile.Config{Pool: pool, Replica: replica, ReplicaMaxWait: readReplicaMaxWait(cfg),
+		Providers: provs, Location: loc, Grace: cfg.ReconcileGrace,
 		Logger: logger, StuckAfter: max(cfg.ResolverMinAge*10, time.Hour),
 		TracerProvider: tel.tracerProvider, MeterProvider: tel.meterProvider})
 }
@@ -387,7 +397,14 @@ func cmdReconcile(ctx context.Context, cfg config, args []string, stdout io.Writ
 		return err
 	}
 	defer o.close()
-	rec := newReconciler(cfg, o.pool, o.logger, o.provs, o.tel)
+	replica, err := openReplicaPool(ctx, cfg, o.logger, o.tel)
+	if err != nil {
+		return err
+	}
+	if replica != nil {
+		defer replica.Close()
+	}
+	rec := newReconciler(cfg, o.pool, replica, o.logger, o.provs, o.tel)
 	day := rec.Yesterday()
 	if *date != "" {
 		if day, err = reconcile.ParseDate(*date); err != nil {

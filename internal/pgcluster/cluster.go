@@ -105,46 +105,10 @@ func pgVersionOf(path string) int {
 // own process group that receives SIGQUIT (immediate shutdown) if this
 // process dies without calling Stop.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
-	if cfg.Port == 0 {
-		cfg.Port = 5432
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 60 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.DataDir == "" || cfg.SocketDir == "" {
-		return nil, errors.New("pgcluster: DataDir and SocketDir are required")
-	}
-	if cfg.BinDir == "" {
-		dir, err := FindBinDir()
-		if err != nil {
-			return nil, err
-		}
-		cfg.BinDir = dir
-	}
-	if cfg.LogFile == "" {
-		cfg.LogFile = filepath.Join(filepath.Dir(cfg.DataDir), "postgres.log")
-	}
-	cred, err := credential()
+	cfg, cred, err := prepare(cfg)
 	if err != nil {
 		return nil, err
 	}
-	for _, dir := range []string{cfg.DataDir, cfg.SocketDir} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("pgcluster: %w", err)
-		}
-		if err := chown(dir, cred); err != nil {
-			return nil, err
-		}
-	}
-	if cred != nil {
-		if err := checkTraversable(cfg.DataDir, cred); err != nil {
-			return nil, err
-		}
-	}
-
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		if err := initdb(ctx, cfg, cred); err != nil {
 			return nil, err
@@ -157,6 +121,88 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	cfg.Logger.Info("postgres started", "data_dir", cfg.DataDir, "socket_dir", cfg.SocketDir, "port", cfg.Port, "tcp", cfg.ListenTCP)
 	return c, nil
+}
+
+// StartStandby makes a streaming hot standby of primary in cfg.DataDir,
+// which must hold no cluster yet, and starts it: pg_basebackup copies the
+// primary over its Unix socket and, with -R, writes standby.signal and the
+// primary_conninfo the copy streams the primary's WAL by; postgres then
+// replays that WAL and answers read-only queries meanwhile (hot_standby
+// is on by default). The primary needs wal_level replica (the default)
+// and a replication entry in pg_hba.conf (initdb's trust default has one
+// for local connections). Like Start, it runs as the postgres user when
+// this process is root.
+func StartStandby(ctx context.Context, primary *Cluster, cfg Config) (*Cluster, error) {
+	cfg, cred, err := prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "PG_VERSION")); err == nil {
+		return nil, fmt.Errorf("pgcluster: %s already holds a cluster; a standby starts from an empty folder", cfg.DataDir)
+	}
+	args := []string{"-D", cfg.DataDir, "-R", "-X", "stream", "-c", "fast",
+		"-h", primary.cfg.SocketDir, "-p", strconv.Itoa(primary.cfg.Port), "-U", "postgres"}
+	if cfg.NoSync {
+		args = append(args, "--no-sync")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "pg_basebackup"), args...)
+	cmd.Env = []string{"LC_ALL=C", "PATH=" + os.Getenv("PATH")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pgcluster: pg_basebackup: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	c := &Cluster{cfg: cfg, cred: cred}
+	if err := c.launch(ctx); err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("standby started", "data_dir", cfg.DataDir, "socket_dir", cfg.SocketDir, "port", cfg.Port,
+		"primary", primary.cfg.DataDir)
+	return c, nil
+}
+
+// prepare fills cfg's defaults, finds the user to run as, and creates the
+// data and socket folders for it.
+func prepare(cfg Config) (Config, *syscall.Credential, error) {
+	if cfg.Port == 0 {
+		cfg.Port = 5432
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.DataDir == "" || cfg.SocketDir == "" {
+		return cfg, nil, errors.New("pgcluster: DataDir and SocketDir are required")
+	}
+	if cfg.BinDir == "" {
+		dir, err := FindBinDir()
+		if err != nil {
+			return cfg, nil, err
+		}
+		cfg.BinDir = dir
+	}
+	if cfg.LogFile == "" {
+		cfg.LogFile = filepath.Join(filepath.Dir(cfg.DataDir), "postgres.log")
+	}
+	cred, err := credential()
+	if err != nil {
+		return cfg, nil, err
+	}
+	for _, dir := range []string{cfg.DataDir, cfg.SocketDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return cfg, nil, fmt.Errorf("pgcluster: %w", err)
+		}
+		if err := chown(dir, cred); err != nil {
+			return cfg, nil, err
+		}
+	}
+	if cred != nil {
+		if err := checkTraversable(cfg.DataDir, cred); err != nil {
+			return cfg, nil, err
+		}
+	}
+	return cfg, cred, nil
 }
 
 // launch starts postgres on the initialised data folder and waits for it.

@@ -183,6 +183,43 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 	return c
 }
 
+// NewStandby starts a streaming hot standby of primary (a cluster of
+// NewCluster) for t: a copy made by pg_basebackup -R into a folder of its
+// own, listening on its own Unix socket (port 5433, no TCP), that replays
+// the primary's WAL as it comes and answers read-only queries. Its
+// ConnString("postgres") reads the database NewCluster migrated. Tests
+// pause its replay (SELECT pg_wal_replay_pause()) or Stop it to make it
+// lag or vanish; it is stopped and removed when t ends.
+func NewStandby(t testing.TB, primary *pgcluster.Cluster) *pgcluster.Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "payorch-pgs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := throwAway(dir)
+	cfg.Port = 5433
+	// Queries on the standby are not cancelled for the vacuums it
+	// replays (the primary keeps what they read).
+	cfg.Settings["hot_standby_feedback"] = "on"
+	c, err := pgcluster.StartStandby(ctx, primary, cfg)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("pgtest: standby: %v", err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.Stop(sctx)
+		_ = os.RemoveAll(dir)
+	})
+	return c
+}
+
 func shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
