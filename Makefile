@@ -27,11 +27,17 @@ vet:
 	$(GO) vet ./...
 
 ## tools: what the tests drive, installed once when missing: PostgreSQL
-## server binaries and Chromium (Debian's packages, as root), stripe-mock
+## server binaries, pgbouncer, pg_auto_failover (for the newest PostgreSQL
+## installed) and Chromium (Debian's packages, as root), stripe-mock
 ## (go install; the Stripe adapter's request shapes are checked against it)
 tools:
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		$(MAKE) --no-print-directory apt-install PKG=postgresql
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
+		$(MAKE) --no-print-directory apt-install PKG=pgbouncer
+	@v=$$(ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -1); \
+		{ command -v pg_autoctl >/dev/null && test -e /usr/lib/postgresql/$$v/lib/pgautofailover.so; } || \
+		$(MAKE) --no-print-directory apt-install PKG=postgresql-$$v-auto-failover
 	@command -v chromium >/dev/null || $(MAKE) --no-print-directory apt-install PKG=chromium
 	@test -x "$(GOBIN)/stripe-mock" || command -v stripe-mock >/dev/null || \
 		$(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)

@@ -115,7 +115,7 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 
 func newMigratedEnv(t *testing.T, cfg httpapi.Config, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
-	e := newEnv(t, cfg, pgtest.URL(t), svcCfg...)
+	e := newEnv(t, cfg, testDBURL(t), svcCfg...)
 	ctx := context.Background()
 	tenant, _, key, err := e.svc.CreateTenant(ctx, "Acme")
 	if err != nil {

@@ -173,12 +173,17 @@ func (s *Service) listenForKeys(ctx context.Context) {
 	}
 }
 
-// keyListenerConn opens the listener's own connection, configured like
-// the pool's, and LISTENs on it on both channels.
+// keyListenerConn opens the listener's own connection, configured by
+// Config.ListenConfig or else like the pool's, and LISTENs on it on both
+// channels.
 func (s *Service) keyListenerConn(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyListenerTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cc := s.listenConfig
+	if cc == nil {
+		cc = s.pool.Config().ConnConfig
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,11 @@ import (
 type Config struct {
 	// Pool is the connection pool on the primary.
 	Pool *pgxpool.Pool
+	// ListenConfig configures the key cache's LISTEN connection
+	// (StartKeyCache): a direct connection to the primary, for when Pool
+	// goes through a transaction pooler, where LISTEN does not work. Nil
+	// means one configured like Pool's connections.
+	ListenConfig *pgx.ConnConfig
 	// SchemaVersions returns the database's schema version and the newest
 	// one the binary embeds (migrations.Migrator.Versions); Ready checks
 	// they are equal. Nil skips that check.
@@ -102,6 +107,8 @@ type Service struct {
 	routes        *routingCache
 	keyListenerMu sync.Mutex
 	keyListenerOn bool
+	// listenConfig is Config.ListenConfig.
+	listenConfig *pgx.ConnConfig
 	// keyListenerDial opens the cache's listener connection; nil means
 	// keyListenerConn (tests stand in for it).
 	keyListenerDial func(context.Context) (*pgx.Conn, error)
@@ -113,7 +120,7 @@ func NewService(cfg Config) *Service {
 		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
 		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache),
 		routes: newRoutingCache(routingCacheMaxEntries, routingCacheMaxAge)}
-	s.schemaVersions = cfg.SchemaVersions
+	s.schemaVersions, s.listenConfig = cfg.SchemaVersions, cfg.ListenConfig
 	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts

@@ -87,6 +87,60 @@ func BenchmarkServePinned(b *testing.B) {
 	b.Run("NewAuthorize", e.newAuthorize)
 }
 
+// BenchmarkServePooler is NewAuthorize through a real PgBouncer in
+// transaction pool mode (PAYORCH_DATABASE_POOLER=transaction) next to the
+// same load sent directly: two serve processes on one database, measured
+// in turn (direct, pooled, direct, pooled, b.N requests each), after a
+// warm-up of each. It reports each side's req/s and p50 and the pooled
+// rate as a percentage of the direct one (the aim: at least 90).
+// Machine shared: compare the two numbers of one run, not across runs.
+func BenchmarkServePooler(b *testing.B) {
+	dbURL := pgtest.URL(b)
+	pool := pgtest.Pool(b, dbURL)
+	tenant, _, secret, err := orchestrator.NewService(orchestrator.Config{Pool: pool}).CreateTenant(context.Background(), "Bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var backend int
+	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		b.Fatal(err)
+	}
+	side := func(url string, env ...string) *benchEnv {
+		e := &benchEnv{dbURL: url, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &testkit.SyncBuffer{},
+			postmaster: parentPID(backend), serveEnv: env}
+		e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConns: 4 * benchClients,
+			MaxIdleConnsPerHost: 4 * benchClients, DisableCompression: true}}
+		b.Cleanup(e.client.CloseIdleConnections)
+		e.startServe(b)
+		return e
+	}
+	direct := side(dbURL)
+	pooled := side(pgtest.ThroughPooler(b, dbURL), "PAYORCH_DATABASE_POOLER=transaction", "DATABASE_DIRECT_URL="+dbURL)
+	for i, e := range []*benchEnv{direct, pooled} {
+		e.load(b, benchClients, benchWarmup/2, func(j int) error { return e.newKey(fmt.Sprintf("warmup-%d-%d", i, j)) })
+	}
+	if _, err := pool.Exec(context.Background(), `ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+	var rates [2]float64
+	var all [2][]time.Duration
+	for round := range 2 {
+		for i, e := range []*benchEnv{direct, pooled} {
+			r := e.load(b, benchClients, 0, func(j int) error { return e.newKey(fmt.Sprintf("new-%d-%d-%d", round, i, j)) })
+			rates[i] += r.perSecond() / 2
+			all[i] = append(all[i], r.latency...)
+		}
+	}
+	for i := range all {
+		slices.Sort(all[i])
+	}
+	b.ReportMetric(rates[0], "direct_req/s")
+	b.ReportMetric(rates[1], "pooler_req/s")
+	b.ReportMetric(percentile(all[0], 50), "direct_p50_ms")
+	b.ReportMetric(percentile(all[1], 50), "pooler_p50_ms")
+	b.ReportMetric(100*rates[1]/rates[0], "pooler_pct_of_direct")
+}
+
 // benchEnv is one database, one merchant and one serve process, shared by
 // the scenarios.
 type benchEnv struct {
@@ -97,6 +151,8 @@ type benchEnv struct {
 	base     string
 	client   *http.Client
 	serve    *exec.Cmd
+	// serveEnv is added to the serve process's environment.
+	serveEnv []string
 	logs     *testkit.SyncBuffer
 	run      atomic.Int64 // numbers the runs, so keys never repeat
 
@@ -167,6 +223,7 @@ func (e *benchEnv) startServe(b *testing.B) {
 	cmd := e.command(bin, "serve", "--listen", addr)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + e.dbURL,
 		"PAYORCH_LOG_LEVEL=warn", "PAYORCH_RATE_LIMIT=0", "PAYORCH_ENVIRONMENT=test"}
+	cmd.Env = append(cmd.Env, e.serveEnv...)
 	if addr := os.Getenv("PAYORCH_DEBUG_LISTEN"); addr != "" {
 		// Profile the server under load: go tool pprof http://ADDR/debug/pprof/profile
 		cmd.Env = append(cmd.Env, "PAYORCH_DEBUG_LISTEN="+addr)

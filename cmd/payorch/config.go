@@ -22,6 +22,24 @@ type config struct {
 	// DatabaseURL (DATABASE_URL) is the PostgreSQL primary. Empty in `dev`
 	// means: run the embedded cluster under DataDir.
 	DatabaseURL string
+	// DatabasePooler (PAYORCH_DATABASE_POOLER) says what DATABASE_URL
+	// reaches: none, the PostgreSQL server itself, or transaction, a
+	// transaction-mode pooler (PgBouncer's pool_mode = transaction), where
+	// consecutive transactions of one client may run on different server
+	// sessions. With transaction, the pools prepare no named statements
+	// (pgx's cache_describe mode: an unnamed statement, parsed again on
+	// every execution, in one round trip once its description is cached);
+	// payorch keeps no other session state between transactions anyway
+	// (locks are transaction-scoped, SET is LOCAL, cursors live inside
+	// their transaction). What needs a session, the key cache's LISTEN and
+	// migrations' advisory lock, goes over DatabaseDirectURL; without it
+	// the key cache is off and `serve` and `migrate` refuse to migrate.
+	DatabasePooler string
+	// DatabaseDirectURL (DATABASE_DIRECT_URL) is a connection to the
+	// primary that bypasses any pooler: the key and routing caches' LISTEN
+	// connection and migrations (`serve` on start, `payorch migrate`) use
+	// it when set. Empty: they use DATABASE_URL.
+	DatabaseDirectURL string
 	// Listen (PAYORCH_LISTEN) is the API's address.
 	Listen string
 	// RateLimit (PAYORCH_RATE_LIMIT) is requests per second per API key,
@@ -195,6 +213,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Listen:          "127.0.0.1:8080",
+		DatabasePooler:  poolerNone,
 		RateLimit:       100,
 		LogLevel:        "info",
 		DataDir:         ".payorch",
@@ -248,6 +267,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	str("DATABASE_URL", &c.DatabaseURL)
+	str("PAYORCH_DATABASE_POOLER", &c.DatabasePooler)
+	str("DATABASE_DIRECT_URL", &c.DatabaseDirectURL)
 	str("PAYORCH_LISTEN", &c.Listen)
 	str("PAYORCH_LOG_LEVEL", &c.LogLevel)
 	str("PAYORCH_DATA_DIR", &c.DataDir)
@@ -367,6 +388,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
 	case c.ReplayCache < 0 || c.ReplayCache > 1_000_000:
 		return errors.New("PAYORCH_REPLAY_CACHE: must be from 0 (off) to 1000000 entries")
+	case c.DatabasePooler != poolerNone && c.DatabasePooler != poolerTransaction:
+		return fmt.Errorf("PAYORCH_DATABASE_POOLER: %q is not none or transaction", c.DatabasePooler)
 	case c.DBMaxConns < 2:
 		return errors.New("PAYORCH_DB_MAX_CONNS: must be at least 2")
 	case c.BackofficeMaxConns < 2 || c.BackofficeMaxConns > 1000:
@@ -439,6 +462,40 @@ func (c config) validate() error {
 		return fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: %q is not supported (payorch exports http/protobuf)", c.OTLPProtocol)
 	}
 	return nil
+}
+
+// What DATABASE_URL reaches (PAYORCH_DATABASE_POOLER).
+const (
+	poolerNone        = "none"
+	poolerTransaction = "transaction"
+)
+
+// migrationURL is the URL migrations run over: DATABASE_DIRECT_URL, else
+// DATABASE_URL, unless that is a transaction pooler, where the migrations'
+// session advisory lock would be taken on one server session and released
+// on another (an error then).
+func (c config) migrationURL() (string, error) {
+	switch {
+	case c.DatabaseDirectURL != "":
+		return c.DatabaseDirectURL, nil
+	case c.DatabasePooler == poolerTransaction:
+		return "", errors.New("PAYORCH_DATABASE_POOLER=transaction: migrations hold a session lock that a transaction pooler cannot keep; " +
+			"set DATABASE_DIRECT_URL to the primary itself, or PAYORCH_AUTO_MIGRATE=false (serve --no-migrate) and migrate with DATABASE_URL naming the primary")
+	}
+	return c.DatabaseURL, nil
+}
+
+// listenURL is the URL of the key cache's LISTEN connection:
+// DATABASE_DIRECT_URL, else DATABASE_URL unless that is a transaction
+// pooler (LISTEN needs its session): "" then, and the cache stays off.
+func (c config) listenURL() string {
+	switch {
+	case c.DatabaseDirectURL != "":
+		return c.DatabaseDirectURL
+	case c.DatabasePooler == poolerTransaction:
+		return ""
+	}
+	return c.DatabaseURL
 }
 
 // publicURL parses PublicURL: an absolute http or https URL with a host,

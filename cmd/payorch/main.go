@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/migrations"
@@ -125,12 +126,14 @@ func buildVersion() string {
 // connection. With tel, queries are traced and the pool's statistics
 // exported.
 func openPool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, cfg.DBMaxConns, "", tel)
+	return openNamedPool(ctx, cfg, url, cfg.DBMaxConns, "", tel)
 }
 
 // openNamedPool is openPool for a pool of maxConns connections whose
 // statistics carry name (none for the main pool).
-func openNamedPool(ctx context.Context, url string, maxConns int, name string, tel *telemetry) (*pgxpool.Pool, error) {
+// Behind a transaction pooler (cfg.DatabasePooler) its connections
+// prepare no named statements.
+func openNamedPool(ctx context.Context, cfg config, url string, maxConns int, name string, tel *telemetry) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, errors.New("DATABASE_URL is not set (payorch dev prints the URL of its embedded database)")
 	}
@@ -139,6 +142,9 @@ func openNamedPool(ctx context.Context, url string, maxConns int, name string, t
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pc.MaxConns = int32(maxConns)
+	if cfg.DatabasePooler == poolerTransaction && url == cfg.DatabaseURL {
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	if tel != nil {
 		tel.traceDatabase(pc)
 	}
@@ -165,12 +171,35 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	return err
 }
 
+// migrateDirect applies pending migrations over cfg.migrationURL(): pool
+// when that is DATABASE_URL, else a short-lived connection of its own
+// (DATABASE_DIRECT_URL, past the pooler).
+func migrateDirect(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
+	u, err := cfg.migrationURL()
+	if err != nil {
+		return err
+	}
+	if u == cfg.DatabaseURL {
+		return migrate(ctx, pool, logger)
+	}
+	direct, err := openNamedPool(ctx, cfg, u, 2, "migrations", nil)
+	if err != nil {
+		return fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
+	}
+	defer direct.Close()
+	return migrate(ctx, direct, logger)
+}
+
 func cmdMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := newFlagSet("migrate")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, nil)
+	u, err := cfg.migrationURL()
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, cfg, u, nil)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/httpapi"
@@ -56,7 +57,7 @@ func cmdServe(ctx context.Context, cfg config, args []string) error {
 // it and nothing else does, so however busy they are, payments, the
 // sweepers and /readyz keep the main pool to themselves.
 func openBackofficePool(ctx context.Context, cfg config, url string, tel *telemetry) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, cfg.BackofficeMaxConns, "backoffice", tel)
+	return openNamedPool(ctx, cfg, url, cfg.BackofficeMaxConns, "backoffice", tel)
 }
 
 // serveAPI loads the TLS certificate (if any), migrates (unless told not
@@ -76,7 +77,7 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		}
 	}
 	if cfg.AutoMigrate {
-		if err := migrate(ctx, pool, logger); err != nil {
+		if err := migrateDirect(ctx, cfg, pool, logger); err != nil {
 			return err
 		}
 	}
@@ -94,8 +95,15 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		defer cancel()
 		stopProviders(sctx)
 	}()
-	svc := newService(cfg, pool, logger, provs, tel, m.Versions)
-	if cfg.APIKeyCache {
+	svc, err := newService(cfg, pool, logger, provs, tel, m.Versions)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cfg.APIKeyCache && cfg.listenURL() == "":
+		logger.Warn("api key cache off: PAYORCH_DATABASE_POOLER=transaction and no DATABASE_DIRECT_URL to LISTEN on; " +
+			"every request reads its key, and every authorization its routing, from the database")
+	case cfg.APIKeyCache:
 		// Revocations reach it by NOTIFY; off whenever its listener is down.
 		stopKeyCache := svc.StartKeyCache(context.WithoutCancel(ctx))
 		defer stopKeyCache()
@@ -231,10 +239,20 @@ func loadTLS(cfg config) (*tls.Config, error) {
 
 // newService wires the domain; schemaVersions (nil for one-shot commands)
 // lets its readiness check (/readyz) see whether migrations are current.
+// The key cache's listener connects to cfg.listenURL() when that is not
+// DATABASE_URL (DATABASE_DIRECT_URL).
 func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry,
-	schemaVersions func(context.Context) (current, target int64, err error)) *orchestrator.Service {
+	schemaVersions func(context.Context) (current, target int64, err error)) (*orchestrator.Service, error) {
+	var listen *pgx.ConnConfig
+	if u := cfg.listenURL(); u != "" && u != cfg.DatabaseURL {
+		var err error
+		if listen, err = pgx.ParseConfig(u); err != nil {
+			return nil, fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
+		}
+	}
 	return orchestrator.NewService(orchestrator.Config{
 		Pool:                pool,
+		ListenConfig:        listen,
 		SchemaVersions:      schemaVersions,
 		Logger:              logger,
 		Providers:           provs,
@@ -249,7 +267,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		ReplayCache:         cfg.ReplayCache,
 		TracerProvider:      tel.tracerProvider,
 		MeterProvider:       tel.meterProvider,
-	})
+	}), nil
 }
 
 func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
@@ -267,7 +285,11 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return err
 	}
 	defer o.close()
-	st, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil).ResolvePending(ctx, *minAge, *limit)
+	svc, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil)
+	if err != nil {
+		return err
+	}
+	st, err := svc.ResolvePending(ctx, *minAge, *limit)
 	if err != nil {
 		return err
 	}

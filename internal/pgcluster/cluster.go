@@ -305,6 +305,15 @@ func (c *Cluster) Restart(ctx context.Context, immediate bool) error {
 	return c.launch(ctx)
 }
 
+// RunAs is the credential PostgreSQL's programs (postgres, pgbouncer,
+// pg_autoctl, which all refuse root) are run with: the postgres system
+// user's when this process is root, nil (this process's user) otherwise.
+func RunAs() (*syscall.Credential, error) { return credential() }
+
+// Chown gives dir to cred's user (nothing when cred is nil), so that a
+// program run as RunAs can write in it.
+func Chown(dir string, cred *syscall.Credential) error { return chown(dir, cred) }
+
 // credential returns the postgres user's credential when running as root,
 // nil otherwise.
 func credential() (*syscall.Credential, error) {

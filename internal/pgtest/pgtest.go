@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payorch/payorch/internal/pgbouncer"
 	"github.com/payorch/payorch/internal/pgcluster"
 	"github.com/payorch/payorch/migrations"
 )
@@ -185,6 +186,10 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 func shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if bouncer != nil {
+		_ = bouncer.Stop(ctx)
+		_ = os.RemoveAll(bouncerTo)
+	}
 	if durableCluster != nil {
 		_ = durableCluster.Stop(ctx)
 		_ = os.RemoveAll(durableTo)
@@ -379,4 +384,47 @@ func DurableURL(t testing.TB) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// The binary's PgBouncer (ThroughPooler), started on first use.
+var (
+	bouncerOnce sync.Once
+	bouncerErr  error
+	bouncer     *pgbouncer.Bouncer
+	bouncerTo   string
+)
+
+// ThroughPooler returns the URL of the database at dbURL (a database of
+// URL or EmptyURL) through a real PgBouncer in transaction pool mode: one
+// per test binary, in front of its cluster (or of the server of
+// PAYORCH_TEST_DATABASE_URL), started on first use and stopped by Main.
+// The URL sets no statement mode: a client must avoid server-side
+// prepared statements (payorch: PAYORCH_DATABASE_POOLER=transaction).
+func ThroughPooler(t testing.TB, dbURL string) string {
+	t.Helper()
+	ensure(t)
+	bouncerOnce.Do(func() { bouncerErr = startBouncer() })
+	if bouncerErr != nil {
+		t.Fatalf("pgtest: no pgbouncer: %v", bouncerErr)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return bouncer.URL(u.Path[1:])
+}
+
+func startBouncer() error {
+	dir, err := os.MkdirTemp("", "payorch-pgb-")
+	if err != nil {
+		return err
+	}
+	bouncerTo = dir
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bouncer, err = pgbouncer.Start(ctx, pgbouncer.Config{Dir: dir, Server: urlFor("postgres")})
+	return err
 }
