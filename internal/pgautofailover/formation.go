@@ -333,14 +333,15 @@ func (f *Formation) WaitStable(ctx context.Context, timeout time.Duration, want 
 	}
 }
 
-// Primary is the node the monitor has as primary.
+// Primary is the node that reports itself primary (or single, or
+// wait_primary: a primary without a standby).
 func (f *Formation) Primary(ctx context.Context) (*Node, error) {
 	st, err := f.states(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range st {
-		if s.Reported == "primary" || s.Reported == "single" {
+		if s.Reported == "primary" || s.Reported == "single" || s.Reported == "wait_primary" {
 			for _, n := range f.Nodes {
 				if n.Name == s.Name {
 					return n, nil
@@ -373,6 +374,47 @@ func (f *Formation) KillPostmaster(n *Node) (int, error) {
 		return 0, fmt.Errorf("pgautofailover: postmaster.pid of %s: %q", n.Name, first)
 	}
 	return pid, syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// KillNode sends SIGKILL to n's keeper and its PostgreSQL (the keeper's
+// process group): the node is lost, as when its host dies, and the monitor
+// fails over to a standby once it finds it unhealthy. The node stays down.
+func (f *Formation) KillNode(n *Node) error {
+	if err := syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("pgautofailover: kill %s: %w", n.Name, err)
+	}
+	<-n.done
+	return nil
+}
+
+// WaitPrimary waits up to timeout until a node other than lost is the
+// primary: it reports primary, or wait_primary (a primary whose standbys
+// are gone, which accepts writes without waiting for one), as the monitor
+// assigned.
+func (f *Formation) WaitPrimary(ctx context.Context, timeout time.Duration, lost *Node) (*Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last []NodeState
+	for {
+		st, err := f.states(ctx)
+		for _, s := range st {
+			if s.Name != lost.Name && s.Reported == s.Assigned && (s.Reported == "primary" || s.Reported == "wait_primary") {
+				for _, n := range f.Nodes {
+					if n.Name == s.Name {
+						return n, nil
+					}
+				}
+			}
+		}
+		if err == nil {
+			last = st
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pgautofailover: no new primary after %s: %+v (%v)", timeout, last, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // Stop ends every node, then the monitor: SIGTERM to each keeper (which
