@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/payorch/payorch/internal/pgautofailover"
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/migrations"
@@ -54,6 +56,8 @@ func TestDatabaseFailover(t *testing.T) {
 		"PAYORCH_DB_MAX_CONNS":      "8",
 	})
 	servers := []*server{startServe(t, env), startServe(t, env)}
+	stopWatch := watchFormation(t, f)
+	defer stopWatch()
 	load := startFailoverLoad(w, servers, 4)
 	time.Sleep(2 * time.Second)
 
@@ -147,6 +151,67 @@ func TestDatabaseFailover(t *testing.T) {
 	t.Logf("%d keys acknowledged (%d captured); checked at %s", len(acked), load.captures, time.Since(begin).Round(time.Millisecond))
 }
 
+// watchFormation samples the formation every 250 ms until stopped: each
+// node's state at the monitor and, from the node itself, whether it is in
+// recovery, its synchronous_standby_names, its WAL position and its
+// standbys' replication state. When t fails, the samples are written to a
+// file kept for the post-mortem (named in the log).
+func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
+	var (
+		mu      sync.Mutex
+		samples strings.Builder
+		done    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	const q = `SELECT pg_is_in_recovery(), current_setting('synchronous_standby_names'),
+		current_setting('default_transaction_read_only'),
+		coalesce(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()::text || '/' || pg_last_wal_replay_lsn()::text
+			ELSE pg_current_wal_flush_lsn()::text END, ''),
+		coalesce((SELECT string_agg(application_name || ':' || sync_state || ':' || coalesce(flush_lsn::text, ''), ',')
+			FROM pg_stat_replication), '')`
+	wg.Go(func() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			line := time.Now().UTC().Format("15:04:05.000")
+			if st, err := f.States(ctx); err == nil {
+				line += fmt.Sprintf(" monitor %v", st)
+			}
+			for _, n := range f.Nodes {
+				conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=1", n.Port))
+				if err != nil {
+					line += " | " + n.Name + " down"
+					continue
+				}
+				var rec bool
+				var sync, ro, lsn, repl string
+				err = conn.QueryRow(ctx, q).Scan(&rec, &sync, &ro, &lsn, &repl)
+				conn.Close(ctx)
+				line += fmt.Sprintf(" | %s recovery=%v sync=%q ro=%s lsn=%s repl=%s err=%v", n.Name, rec, sync, ro, lsn, repl, err)
+			}
+			cancel()
+			mu.Lock()
+			samples.WriteString(line + "\n")
+			mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		if t.Failed() {
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("payorch-dbfailover-%d.txt", time.Now().Unix()))
+			mu.Lock()
+			_ = os.WriteFile(path, []byte(samples.String()), 0o644)
+			mu.Unlock()
+			t.Logf("formation samples kept in %s", path)
+		}
+	}
+}
+
 // settle waits until the formation is stable, both nodes in their
 // assigned states, and still is 3 and 6 s later: a crashed primary's keeper may
 // restart it, or the monitor may fail over to the standby, and the monitor
@@ -181,12 +246,14 @@ func startFormation(t *testing.T) *pgautofailover.Formation {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			logsOf(t, dir)
-		}
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = f.Stop(sctx)
+		if t.Failed() {
+			logsOf(t, dir)
+			t.Logf("formation's folder kept: %s", dir) // the post-mortem needs its logs
+			return
+		}
 		_ = os.RemoveAll(dir)
 	})
 	return f
