@@ -334,14 +334,15 @@ func (f *Formation) WaitStable(ctx context.Context, timeout time.Duration, want 
 }
 
 // Primary is the node that reports itself primary (or single, or
-// wait_primary: a primary without a standby).
+// wait_primary: a primary without a standby) as the monitor assigned: a
+// lost primary's last report stays, but its assignment moves on.
 func (f *Formation) Primary(ctx context.Context) (*Node, error) {
 	st, err := f.states(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range st {
-		if s.Reported == "primary" || s.Reported == "single" || s.Reported == "wait_primary" {
+		if s.Reported == s.Assigned && (s.Reported == "primary" || s.Reported == "single" || s.Reported == "wait_primary") {
 			for _, n := range f.Nodes {
 				if n.Name == s.Name {
 					return n, nil
