@@ -71,6 +71,7 @@ func parseConsolePages() map[string]*template.Template {
 		"attempt":    eventAttempt,
 		"detail":     eventDetail,
 		"routing":    routingText,
+		"expiresIn":  expiresIn,
 	}
 	// Every page has the layout and the shared partials (chart.html).
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(consoleFiles,
@@ -159,6 +160,7 @@ func (s *Server) consoleRouter() *echo.Echo {
 	readers := s.consoleRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
 	a.GET("/search", s.consoleSearch, readers)
 	a.GET("/payments/:id", s.consolePayment, readers)
+	a.GET("/holds", s.consoleHolds, readers)
 	a.GET("/connectors", s.consoleConnectors, s.consoleRole(connectorViewers...))
 	admin := s.consoleRole(orchestrator.RoleAdmin)
 	a.GET("/tenants", s.consoleTenants, admin)

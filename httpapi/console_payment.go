@@ -2,9 +2,12 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -146,4 +149,46 @@ func (s *Server) consolePayment(c echo.Context) error {
 	}
 	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID,
 		paymentPage{Payment: p, Attempts: attempts, Events: evs, Webhooks: webhooks})
+}
+
+// consoleHoldsWindow is how soon a hold must lapse for the console to
+// highlight it.
+const consoleHoldsWindow = 24 * time.Hour
+
+// expiresIn says how soon payment p's hold lapses ("3h 20m", "lapsed")
+// when it is authorized and lapses within consoleHoldsWindow, else "".
+func expiresIn(p orchestrator.Payment) string {
+	if p.Status != orchestrator.StatusAuthorized || p.CaptureBefore == nil {
+		return ""
+	}
+	left := time.Until(*p.CaptureBefore)
+	switch {
+	case left <= 0:
+		return "lapsed"
+	case left > consoleHoldsWindow:
+		return ""
+	case left < time.Hour:
+		return fmt.Sprintf("%dm", int(left.Minutes()))
+	}
+	return fmt.Sprintf("%dh %02dm", int(left.Hours()), int(left.Minutes())%60)
+}
+
+// holdsPage is the console's list of holds about to lapse.
+type holdsPage struct {
+	Holds []orchestrator.Payment
+	// More says the list was cut at its limit.
+	More bool
+}
+
+// consoleHolds: GET /console/holds, the authorized payments whose hold
+// lapses within 24 h (GET /v1/payments?expiring_before=), soonest first.
+func (s *Server) consoleHolds(c echo.Context) error {
+	sc := orchestrator.ScopeOf(consoleSessionOf(c).Principal)
+	before := time.Now().Add(consoleHoldsWindow)
+	ps, more, err := s.svc.ListPayments(c.Request().Context(), sc, orchestrator.ListFilter{ExpiringBefore: &before, Limit: 100})
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	slices.SortFunc(ps, func(a, b orchestrator.Payment) int { return a.CaptureBefore.Compare(*b.CaptureBefore) })
+	return s.render(c, http.StatusOK, "holds", "Expiring holds", holdsPage{Holds: ps, More: more})
 }

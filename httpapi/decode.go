@@ -207,3 +207,20 @@ func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
 	}
 	return nil, false
 }
+
+// strictBool is a JSON boolean that must be true or false when present:
+// encoding/json leaves a bool untouched by null, which would take a
+// hostile null for false.
+type strictBool bool
+
+func (b *strictBool) UnmarshalJSON(data []byte) error {
+	switch string(bytes.TrimSpace(data)) {
+	case "true":
+		*b = true
+	case "false":
+		*b = false
+	default:
+		return &json.UnmarshalTypeError{Value: string(bytes.TrimSpace(data)), Type: reflect.TypeFor[bool]()}
+	}
+	return nil
+}

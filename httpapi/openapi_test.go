@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
 
@@ -68,7 +70,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			orchestrator.CodeIdempotencyKeyMissing, orchestrator.CodeIdempotencyKeyInvalid,
 			orchestrator.CodeIdempotencyKeyReused, orchestrator.CodeIdempotencyKeyInUse,
 			orchestrator.CodeValidationFailed, orchestrator.CodePaymentDeclined, orchestrator.CodePaymentStateConflict,
-			orchestrator.CodeAmountExceedsAuthorized, orchestrator.CodeNotFound, orchestrator.CodeConflict,
+			orchestrator.CodeAmountExceedsAuthorized, orchestrator.CodeNotSupported, orchestrator.CodeNotFound, orchestrator.CodeConflict,
 			orchestrator.CodeMethodNotAllowed, orchestrator.CodeUnauthorized, orchestrator.CodeForbidden,
 			orchestrator.CodeBodyTooLarge, orchestrator.CodeUnsupportedMediaType, orchestrator.CodeProviderUnavailable,
 			orchestrator.CodeRateLimited, orchestrator.CodeUnavailable, orchestrator.CodeInternal,
@@ -125,9 +127,16 @@ type contract struct {
 	exercised map[string]bool
 }
 
+// contractHookSecret is the webhook secret of the contract's connector
+// hooked.
+const contractHookSecret = "whsec_contract"
+
 func newContract(t *testing.T) *contract {
 	t.Helper()
-	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub})
+	// Connector hooked takes webhooks signed with contractHookSecret (its
+	// provider is never called).
+	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub}, orchestrator.Config{Providers: map[string]providers.Provider{
+		"hooked": fake.NewClient("http://127.0.0.1:9", nil).WithWebhookSecret(contractHookSecret)}})
 	doc := loadOpenAPI(t)
 	doc.Servers = openapi3.Servers{{URL: e.url}}
 	router, err := gorillamux.NewRouter(doc)
@@ -322,6 +331,22 @@ func TestOpenAPIContract(t *testing.T) {
 		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/capture", apiKey: merchant,
 			idemKey: "c-cap-2", body: `{}`})
 		wantProblem(t, res, b, 409, "payment_state_conflict")
+
+		// A hold with on_expiry, extended; a canceled one cannot be.
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-3",
+			body: `{"amount_minor":700,"currency":"EUR","on_expiry":"capture","request_extended_authorization":true}`})
+		wantStatus(t, res, b, 201)
+		held := decode[payment](t, b)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments?expiring_before=" + url.QueryEscape(time.Now().Add(30*24*time.Hour).Format(time.RFC3339)),
+			apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), held.ID) || strings.Contains(string(b), other.ID) {
+			t.Fatalf("expiring_before: %s", b)
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + held.ID + "/extend", apiKey: merchant, idemKey: "c-ext"})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/extend", apiKey: merchant, idemKey: "c-ext-2"})
+		wantProblem(t, res, b, 409, "payment_state_conflict")
 	})
 	if pay.ID == "" || other.ID == "" {
 		t.FailNow()
@@ -489,6 +514,23 @@ func TestOpenAPIContract(t *testing.T) {
 		wantProblem(t, res, b, 400, "validation_failed")
 	})
 
+	t.Run("ProviderWebhook", func(t *testing.T) {
+		body := `{"id":"fevt_contract","object":"event","type":"hold.captured","created_at":"2026-12-01T10:00:00Z",` +
+			`"data":{"hold_ref":"fh_contract","object_id":"fh_contract","amount_minor":100,"currency":"EUR"}}`
+		sig := providers.SignWebhook(contractHookSecret, time.Now(), []byte(body))
+		res, b := ct.do(t, call{method: "POST", path: "/webhooks/hooked", body: body, hdr: map[string]string{fake.SignatureHeader: sig}})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: "/webhooks/hooked", body: body, hdr: map[string]string{fake.SignatureHeader: sig}})
+		wantStatus(t, res, b, 200)
+		if r := decode[orchestrator.InboundResult](t, b); !r.Duplicate || r.Outcome != orchestrator.InboundUnknownObject {
+			t.Fatalf("second delivery: %s", b)
+		}
+		res, b = ct.do(t, call{method: "POST", path: "/webhooks/hooked", body: body})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "POST", path: "/webhooks/fake", body: body, hdr: map[string]string{fake.SignatureHeader: sig}})
+		wantProblem(t, res, b, 400, "validation_failed")
+	})
+
 	t.Run("Routing", func(t *testing.T) {
 		path := fmt.Sprintf("/v1/tenants/%d/routing", ct.tenant)
 		res, b := ct.do(t, call{method: "GET", path: path, apiKey: admin})
@@ -557,7 +599,7 @@ func TestOpenAPIContract(t *testing.T) {
 			t.Fatalf("deliveries: %s", b)
 		}
 		res, b = ct.do(t, call{method: "GET", path: evPath + "/deliveries", apiKey: finance})
-		wantProblem(t, res, b, 403, "forbidden")
+		wantProblem(t, res, b, 404, "not_found")
 		res, b = ct.do(t, call{method: "DELETE", path: path, apiKey: merchant})
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: path, apiKey: merchant})

@@ -21,6 +21,10 @@ type createPaymentRequest struct {
 	PaymentMethod string            `json:"payment_method"`
 	Description   string            `json:"description"`
 	Metadata      map[string]string `json:"metadata"`
+	// OnExpiry: capture, cancel or none (the default).
+	OnExpiry string `json:"on_expiry"`
+	// RequestExtendedAuthorization asks for the provider's longest hold.
+	RequestExtendedAuthorization strictBool `json:"request_extended_authorization"`
 }
 
 // amountRequest is the body of capture and refund (and, empty, cancel).
@@ -45,6 +49,7 @@ func (s *Server) createPayment(c echo.Context) error {
 	in := orchestrator.AuthorizeInput{
 		TenantID: p.TenantID, Key: key, AmountMinor: req.AmountMinor.value, Currency: req.Currency,
 		Provider: req.Provider, PaymentMethod: req.PaymentMethod, Description: req.Description, Metadata: req.Metadata,
+		OnExpiry: orchestrator.OnExpiry(req.OnExpiry), ExtendedAuthorization: bool(req.RequestExtendedAuthorization),
 	}
 	if err := in.Validate(s.svc); err != nil {
 		return err
@@ -99,6 +104,11 @@ func (s *Server) refundPayment(c echo.Context) error {
 	return s.paymentOperation(c, orchestrator.OpRefund, (*orchestrator.Service).Refund)
 }
 
+// extendPayment: POST /v1/payments/{id}/extend (merchant).
+func (s *Server) extendPayment(c echo.Context) error {
+	return s.paymentOperation(c, orchestrator.OpExtend, (*orchestrator.Service).Extend)
+}
+
 type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Claim, orchestrator.OperationInput) (orchestrator.Outcome, error)
 
 // paymentOperation is the one handler shape of capture, cancel and refund.
@@ -106,7 +116,7 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	id := c.Param("id")
 	var req amountRequest
 	var dst any = &req
-	if op == orchestrator.OpCancel {
+	if op == orchestrator.OpCancel || op == orchestrator.OpExtend {
 		dst = &emptyRequest{}
 	}
 	key, fp, err := keyedRequest(c, op, map[string]string{"id": id}, dst)
@@ -230,7 +240,8 @@ func (s *Server) listPayments(c echo.Context) error {
 		}
 		f.Status = st
 	}
-	for name, dst := range map[string]**time.Time{"created_gte": &f.CreatedGTE, "created_lt": &f.CreatedLT} {
+	for name, dst := range map[string]**time.Time{"created_gte": &f.CreatedGTE, "created_lt": &f.CreatedLT,
+		"expiring_before": &f.ExpiringBefore} {
 		if v := q.Get(name); v != "" {
 			t, err := parseTimeParam(v)
 			if err != nil {

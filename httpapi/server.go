@@ -163,8 +163,9 @@ func New(cfg Config) *Server {
 				return err
 			},
 		}),
-		// In bytes: Echo reads "64K" as 64,000.
-		middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)),
+		// In bytes: Echo reads "64K" as 64,000. Provider webhooks have
+		// their own limit (receiveWebhook).
+		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes), Skipper: isProviderWebhook}),
 		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
 		checkParams,              // the API's; the console's router runs its own
 	)
@@ -181,6 +182,9 @@ func (s *Server) routes() {
 		e.GET("/metrics", echo.WrapHandler(s.cfg.MetricsHandler))
 	}
 
+	// Providers' webhooks: signed, not keyed (inbound.go).
+	e.POST(webhookPrefix+":connector", s.receiveWebhook)
+
 	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
 	v1.GET("/me", s.getMe)
 	v1.GET("/tenants", s.listTenants, requireRole(orchestrator.RoleAdmin))
@@ -195,13 +199,17 @@ func (s *Server) routes() {
 	v1.POST("/payments/:id/capture", s.capturePayment, merchant)
 	v1.POST("/payments/:id/cancel", s.cancelPayment, merchant)
 	v1.POST("/payments/:id/refunds", s.refundPayment, merchant)
+	v1.POST("/payments/:id/extend", s.extendPayment, merchant)
 	v1.GET("/payments", s.listPayments, readers)
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
-	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
+	// Deliveries: a merchant's own, support every merchant's, finance and
+	// admin the staff events' (orchestrator.deliveriesVisible).
+	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance,
+		orchestrator.RoleAdmin)
 	v1.GET("/events/:id/deliveries", s.eventDeliveries, deliveryReaders)
 	v1.POST("/events/:id/redeliver", s.redeliverEvent, deliveryReaders)
 	// Merchants' endpoints, and finance's (admin's too, as reconciliation

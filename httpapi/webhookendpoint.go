@@ -193,7 +193,8 @@ func (s *Server) deleteWebhookEndpoint(c echo.Context) error {
 	return c.JSON(http.StatusOK, ep)
 }
 
-// eventDeliveries: GET /v1/events/{id}/deliveries (merchant: own; support):
+// eventDeliveries: GET /v1/events/{id}/deliveries (merchant: own; support:
+// every merchant's; finance, admin: the staff events'):
 // one delivery per endpoint, with its attempts. Errors: not_found.
 func (s *Server) eventDeliveries(c echo.Context) error {
 	id, err := eventID(c)
@@ -207,7 +208,7 @@ func (s *Server) eventDeliveries(c echo.Context) error {
 	return c.JSON(http.StatusOK, newList(ds, false))
 }
 
-// redeliverEvent: POST /v1/events/{id}/redeliver (merchant: own; support),
+// redeliverEvent: POST /v1/events/{id}/redeliver (who reads its deliveries),
 // body empty or {}: 200 with the event's deliveries, pending again.
 // Errors: not_found.
 func (s *Server) redeliverEvent(c echo.Context) error {

@@ -225,8 +225,9 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 				t.Fatalf("deliveries: %d %s", res.StatusCode, body)
 			}
 		}
+		// Finance reads the staff events' deliveries, not a merchant's.
 		res, body = e.get(t, deliveries, e.keys[orchestrator.RoleFinance])
-		wantProblem(t, res, body, 403, "forbidden")
+		wantProblem(t, res, body, 404, "not_found")
 	})
 
 	t.Run("Refusals", func(t *testing.T) {

@@ -104,10 +104,11 @@ var moneyAnswers = map[string]struct {
 	OpCapture:   {http.StatusOK, false},
 	OpCancel:    {http.StatusOK, false},
 	OpRefund:    {http.StatusCreated, false},
+	OpExtend:    {http.StatusOK, false},
 }
 
 // Answer is the final answer of c's money request (c.Operation: one of
-// OpAuthorize, OpCapture, OpCancel, OpRefund) about payment paymentID,
+// OpAuthorize, OpCapture, OpCancel, OpRefund, OpExtend) about payment paymentID,
 // given the Outcome and error the request's Service method returned:
 // the refund or else the payment as JSON, with the operation's status
 // (201, or 200 for capture and cancel) and, for a new payment, its

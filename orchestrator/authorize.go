@@ -25,6 +25,12 @@ type AuthorizeInput struct {
 	PaymentMethod string
 	Description   string
 	Metadata      map[string]string
+	// OnExpiry: what to do with the hold shortly before it lapses
+	// (holdsweeper.go); "" means none.
+	OnExpiry OnExpiry
+	// ExtendedAuthorization asks the provider for its longest hold, where
+	// it has one (Stripe: request_extended_authorization=if_available).
+	ExtendedAuthorization bool
 }
 
 // The operations of the idempotency protocol: route templates, which scope
@@ -108,6 +114,12 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}
 	}
+	if in.OnExpiry == "" {
+		in.OnExpiry = OnExpiryNone
+	}
+	if !in.OnExpiry.Known() {
+		return ParamError("on_expiry", "on_expiry must be capture, cancel or none")
+	}
 	return nil
 }
 
@@ -146,7 +158,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
 		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
 		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
-		"now": s.now(),
+		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "now": s.now(),
 	}))
 	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	created := err == nil
@@ -194,14 +206,14 @@ const createPaymentSQL = `
 	WITH p AS (
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 			currency, provider, payment_method, description, metadata, created_at, updated_at,
-			routing_version, route, attempt)
+			routing_version, route, attempt, on_expiry, extended_authorization)
 		VALUES (@tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
 			@currency, @provider, @payment_method, @description, @metadata, @now, @now,
-			@routing_version, @route, 1)
+			@routing_version, @route, 1, @on_expiry, @extended_authorization)
 		ON CONFLICT (tenant_id, id) DO NOTHING
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	), attempt AS (
 		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
 		SELECT tenant_id, id, 1, provider, @forwarded_key, 1, @now FROM p
@@ -218,7 +230,7 @@ const createPaymentSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	FROM p`
 
 // authorizeResult maps a settled payment to the answer of its authorize
@@ -235,10 +247,29 @@ func authorizeResult(p Payment) (Outcome, error) {
 }
 
 // saveReferenceSQL saves the provider's reference of a hold as soon as
-// the provider gives it, before the hold is confirmed.
+// the provider gives it, before the hold is confirmed, and commits without
+// waiting for its WAL flush: set_config(…, true) is SET LOCAL
+// synchronous_commit = off, for this statement's transaction only (the
+// InitPlan runs before the row is written, the commit comes after).
+//
+// Why losing this write is safe: the intent (the pending payment and its
+// attempt's forwarded key) was committed durably by createPaymentSQL
+// before the provider was called, and the settlement that answers the
+// client is a synchronous commit, whose flush covers this one too (WAL is
+// flushed in order). So the reference can only be lost together with
+// everything after it, in a crash before the client got an answer. The
+// payment is then pending without a reference, and whoever resumes it (a
+// retry with the same key, or the resolver: resolvePayment) authorizes
+// again under the same forwarded key, which the provider deduplicates:
+// it answers with the hold it created, reference included, and no second
+// hold is placed. Reconciliation matches a hold whose reference we never
+// stored by our payment id (linkByPaymentIDSQL). The reference saves one
+// flush wait per authorization; TestLostReferenceWrite crashes PostgreSQL
+// right after it and checks that.
 const saveReferenceSQL = `
 	UPDATE payments SET provider_ref = @provider_ref
-	WHERE tenant_id = @tenant_id AND id = @payment_id AND attempt = @attempt AND provider_ref IS NULL`
+	WHERE tenant_id = @tenant_id AND id = @payment_id AND attempt = @attempt AND provider_ref IS NULL
+		AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'`
 
 // authorizeAtProvider authorizes pending payment p at the connector of
 // its current attempt with that attempt's key, fails over to the next
@@ -304,7 +335,7 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 	var saved string // the reference OnReference wrote
 	req := providers.AuthorizeRequest{
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
-		PaymentMethod: p.PaymentMethod, Description: p.Description,
+		PaymentMethod: p.PaymentMethod, Description: p.Description, ExtendedAuthorization: p.ExtendedAuthorization,
 		OnReference: func(ctx context.Context, ref string) error {
 			tag, err := s.pool.Exec(ctx, saveReferenceSQL, namedArgs{
 				"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "provider_ref": ref})
@@ -341,7 +372,7 @@ const settleAuthorizeSQL = `
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	), attempt AS (
 		UPDATE payment_attempts a SET outcome = @attempt_outcome, code = @failure_code,
 			provider_ref = coalesce(@provider_ref, a.provider_ref),
@@ -367,7 +398,7 @@ const settleAuthorizeSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes, false AS completed
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes, false AS completed
 	FROM p`
 
 // settleCompleteSQL is settleAuthorizeSQL that completes the key with
@@ -382,7 +413,7 @@ const settleCompleteSQL = `
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	), attempt AS (
 		UPDATE payment_attempts a SET outcome = @attempt_outcome, code = @failure_code,
 			provider_ref = coalesce(@provider_ref, a.provider_ref),
@@ -410,7 +441,7 @@ const settleCompleteSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes,
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes,
 		EXISTS (SELECT 1 FROM complete) AS completed
 	FROM p`
 

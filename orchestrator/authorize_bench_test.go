@@ -114,7 +114,7 @@ type benchWorld struct {
 
 const benchBody = `{"amount_minor":1000,"currency":"EUR"}`
 
-func newBenchWorld(b *testing.B, dbURL string) *benchWorld {
+func newBenchWorld(b testing.TB, dbURL string) *benchWorld {
 	b.Helper()
 	fr, err := fake.Start("127.0.0.1:0", fake.Config{})
 	if err != nil {
@@ -141,7 +141,7 @@ func newBenchWorld(b *testing.B, dbURL string) *benchWorld {
 // service is a Service on a new pool of 20 connections (payorch serve's
 // default), with its caches' listener running; done stops it, closes the pool and waits until its backends are gone,
 // which flushes their statistics.
-func (w *benchWorld) service(b *testing.B) (*orchestrator.Service, func()) {
+func (w *benchWorld) service(b testing.TB) (*orchestrator.Service, func()) {
 	b.Helper()
 	cfg, err := pgxpool.ParseConfig(w.url)
 	if err != nil {
@@ -168,7 +168,7 @@ func (w *benchWorld) service(b *testing.B) (*orchestrator.Service, func()) {
 
 // waitBackendsGone waits until no other session is connected to the
 // benchmark's database.
-func (w *benchWorld) waitBackendsGone(b *testing.B) {
+func (w *benchWorld) waitBackendsGone(b testing.TB) {
 	b.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, w.url)
@@ -195,7 +195,7 @@ func (w *benchWorld) waitBackendsGone(b *testing.B) {
 }
 
 // counters reads the transaction id counter and the WAL fsyncs so far.
-func (w *benchWorld) counters(b *testing.B) (xid, walSyncs int64) {
+func (w *benchWorld) counters(b testing.TB) (xid, walSyncs int64) {
 	b.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, w.url)

@@ -271,7 +271,7 @@ const failOverSQL = `
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	), started AS (
 		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
 		SELECT tenant_id, id, attempt, provider, @next_key, 1, @now FROM p
@@ -284,7 +284,7 @@ const failOverSQL = `
 	)
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	FROM p`
 
 // failOver moves p to its next attempt, on next, after its current

@@ -21,6 +21,7 @@ const (
 	CodePaymentDeclined         Code = "payment_declined"
 	CodePaymentStateConflict    Code = "payment_state_conflict"
 	CodeAmountExceedsAuthorized Code = "amount_exceeds_authorized"
+	CodeNotSupported            Code = "not_supported"
 	CodeNotFound                Code = "not_found"
 	CodeConflict                Code = "conflict"
 	CodeMethodNotAllowed        Code = "method_not_allowed"
@@ -54,6 +55,7 @@ var codeInfo = map[Code]struct {
 	CodePaymentDeclined:         {http.StatusPaymentRequired, "Payment declined", true},
 	CodePaymentStateConflict:    {http.StatusConflict, "Payment state conflict", true},
 	CodeAmountExceedsAuthorized: {http.StatusUnprocessableEntity, "Amount exceeds authorized", true},
+	CodeNotSupported:            {http.StatusUnprocessableEntity, "Not supported", true},
 	CodeNotFound:                {http.StatusNotFound, "Not found", false},
 	CodeConflict:                {http.StatusConflict, "Conflict", false},
 	CodeMethodNotAllowed:        {http.StatusMethodNotAllowed, "Method not allowed", false},

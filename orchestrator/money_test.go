@@ -117,6 +117,12 @@ func (g *gatedProvider) Authorize(ctx context.Context, req providers.AuthorizeRe
 	return g.Provider.Authorize(ctx, req)
 }
 
+// ExtendHold extends through the fake (gates hold authorizations and
+// refunds only).
+func (g *gatedProvider) ExtendHold(ctx context.Context, req providers.ExtendRequest) (providers.Hold, error) {
+	return g.Provider.(providers.HoldExtender).ExtendHold(ctx, req)
+}
+
 // Refund waits for req.Key's gate, if any, then refunds.
 func (g *gatedProvider) Refund(ctx context.Context, req providers.RefundRequest) (providers.Refund, error) {
 	g.mu.Lock()

@@ -239,7 +239,7 @@ func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error 
 const lockPaymentSQL = `
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	FROM payments
 	WHERE tenant_id = @tenant_id AND id = @payment_id
 	FOR UPDATE`
@@ -365,7 +365,7 @@ const settleOperationSQL = `
 		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.request_hash, p.field_hashes
+			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.request_hash, p.field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -386,7 +386,7 @@ const settleOperationSQL = `
 	)
 	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.request_hash, p.field_hashes,
+		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.request_hash, p.field_hashes,
 		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
 	FROM p, o`
 
@@ -439,29 +439,9 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 	s.recordCall(ctx, p, call)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		now := s.now()
-		code := providers.CodeOf(callErr)
-		const fail = `
-			UPDATE payment_operations SET status = 'failed', failure_code = @failure_code, updated_at = @now
-			WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'`
-		tag, err := tx.Exec(ctx, fail, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID,
-			"failure_code": code, "now": now})
-		if err != nil || tag.RowsAffected() == 0 {
+		failed, err := failOperation(ctx, tx, p, op, providers.CodeOf(callErr), now)
+		if err != nil || !failed {
 			return err
-		}
-		if code == providers.CodeHoldExpired {
-			const expire = `
-				UPDATE payments SET status = 'expired', updated_at = @now
-				WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'`
-			tag, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 1 {
-				from := StatusAuthorized
-				if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, nil, now); err != nil {
-					return err
-				}
-			}
 		}
 		return checkpoint(ctx, tx, c, "provider_settled", p.ID, now)
 	})
@@ -469,6 +449,37 @@ func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op o
 		return Outcome{}, internalf("settle %s: %w", op.Kind, err)
 	}
 	return s.reloadOperation(ctx, op)
+}
+
+// failOperation records in tx that pending operation op of payment p
+// failed with code (a hold_expired refusal expires the payment, when it
+// is still authorized), and reports whether it was still pending. Used
+// by settleOperation and by provider webhooks (inbound.go).
+func failOperation(ctx context.Context, tx pgx.Tx, p Payment, op operation, code string, now time.Time) (bool, error) {
+	const fail = `
+		UPDATE payment_operations SET status = 'failed', failure_code = @failure_code, updated_at = @now
+		WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'`
+	tag, err := tx.Exec(ctx, fail, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID,
+		"failure_code": code, "now": now})
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, err
+	}
+	if code == providers.CodeHoldExpired {
+		const expire = `
+			UPDATE payments SET status = 'expired', updated_at = @now
+			WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'`
+		tag, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
+		if err != nil {
+			return false, err
+		}
+		if tag.RowsAffected() == 1 {
+			from := StatusAuthorized
+			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, nil, now); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, nil
 }
 
 // settleTries bounds how many times settleSucceeded decides a payment's
@@ -483,18 +494,14 @@ const settleTries = 10
 // and the state decided again.
 func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
 	for try := 1; ; try++ {
-		to, captured, refunded := settledState(op.Kind, p, op.AmountMinor)
+		to, _, _ := settledState(op.Kind, p, op.AmountMinor)
 		if !CanTransition(p.Status, to) {
 			// The provider moved money we did not expect to be movable:
 			// record it as it is, loudly; reconciliation will flag it too.
 			s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
 				"payment_id", p.ID, "operation", op.ID, "from", p.Status, "to", to)
 		}
-		rows, _ := s.pool.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
-			"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(refundID),
-			"from_status": p.Status, "captured_from": p.CapturedMinor, "refunded_from": p.RefundedMinor,
-			"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": s.now()})))
-		row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
+		row, err := settleSucceededOn(ctx, s.pool, c, p, op, refundID, call, s.now())
 		if err != nil && !isNoRows(err) {
 			s.callNotRecorded(ctx, p, call, err)
 			return Outcome{}, internalf("settle %s: %w", op.Kind, err)
@@ -509,7 +516,7 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 		// No row: the call is recorded all the same. Either the operation
 		// was settled meanwhile, or the payment moved since p was read.
 		call = nil
-		rows, _ = s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+		rows, _ := s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
 		current, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 		if err != nil {
 			return Outcome{}, internalf("reload %s: %w", op.Kind, err)
@@ -524,6 +531,21 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 			return Outcome{}, internalf("settle %s: reload payment: %w", op.Kind, err)
 		}
 	}
+}
+
+// settleSucceededOn runs settleOperationSQL once on q (the pool, or a
+// transaction that holds the payment's row lock: applying a provider
+// webhook, inbound.go), with the payment's next state decided from p
+// (settledState). pgx.ErrNoRows: the operation was settled meanwhile, or
+// the payment is no longer p.
+func settleSucceededOn(ctx context.Context, q querier, c *Claim, p Payment, op operation, refundID string, call *providerCall,
+	now time.Time) (settledOperationRow, error) {
+	to, captured, refunded := settledState(op.Kind, p, op.AmountMinor)
+	rows, _ := q.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
+		"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(refundID),
+		"from_status": p.Status, "captured_from": p.CapturedMinor, "refunded_from": p.RefundedMinor,
+		"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": now})))
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
 }
 
 // reloadOperation reads a settled operation and answers with it.

@@ -41,21 +41,28 @@ type WebhookEvent struct {
 }
 
 // EventTypes are the types of events: one per payment state, one per new
-// attempt, one per end of a capture, cancel or refund, an endpoint
-// disabled after failing for 3 days, and the staff events of
-// ReconciliationEventTypes.
+// attempt, one per end of a capture, cancel or refund, a dispute the
+// provider reported (EventPaymentDisputed), an endpoint disabled after
+// failing for 3 days, and the staff events of ReconciliationEventTypes.
 var EventTypes = func() []string {
 	out := make([]string, 0, len(Statuses)+4)
 	for _, st := range Statuses {
 		out = append(out, "payment."+string(st))
 	}
-	out = append(out, "payment.attempt_started")
+	out = append(out, "payment.attempt_started", EventHoldExpiring, EventHoldExtended)
 	for _, kind := range []string{"capture", "cancel", "refund"} {
 		out = append(out, kind+".succeeded", kind+".failed")
 	}
-	out = append(out, EventEndpointDisabled)
+	out = append(out, EventPaymentDisputed, EventEndpointDisabled)
 	return append(out, ReconciliationEventTypes...)
 }()
+
+// EventPaymentDisputed is the type of the event of a dispute a provider
+// reported (a provider webhook, inbound.go): its data is the dispute (id,
+// object "dispute", payment_id, connector, provider_ref, amount_minor,
+// currency, reason, created_at), written by migration 00010's trigger on
+// payment_disputes. It carries the payment's id but no sequence.
+const EventPaymentDisputed = "payment.disputed"
 
 // EventEndpointDisabled is the type of the event of an endpoint disabled
 // after failing for 3 days: a tenant's for its endpoints, a staff event

@@ -96,6 +96,12 @@ type Payment struct {
 	// Route is the connectors chosen for the payment when it was created,
 	// in order; later attempts follow it.
 	Route []string `json:"-" db:"route"`
+	// OnExpiry is what payorch does with the hold shortly before
+	// CaptureBefore (holdsweeper.go): capture it, cancel it, or nothing.
+	OnExpiry OnExpiry `json:"on_expiry" db:"on_expiry"`
+	// ExtendedAuthorization says the authorize asked the provider for its
+	// longest hold (Stripe's request_extended_authorization).
+	ExtendedAuthorization bool `json:"extended_authorization" db:"extended_authorization"`
 }
 
 // paymentRow is a payments row as statements return it: the Payment and
@@ -104,7 +110,8 @@ type Payment struct {
 //
 //	tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 //	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-//	capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+//	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
+//	request_hash, field_hashes
 //
 // (each statement spells them out; they are read by name, so a column
 // missing or left over fails the read instead of shifting the others).
@@ -145,7 +152,7 @@ func (p *Payment) normalize() {
 const selectPaymentSQL = `
 	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 	FROM payments
 	WHERE tenant_id = @tenant_id AND id = @payment_id`
 
@@ -205,7 +212,7 @@ func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment,
 	const q = `
 		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 		FROM payments
 		WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
 	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
@@ -225,7 +232,7 @@ func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Pa
 	const q = `
 		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 		FROM payments
 		WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
 		ORDER BY created_at DESC, id LIMIT 100`
@@ -239,11 +246,15 @@ func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Pa
 
 // ListFilter selects a page of a tenant's payments, newest first.
 type ListFilter struct {
-	Status        Status
-	CreatedGTE    *time.Time
-	CreatedLT     *time.Time
-	Limit         int
-	StartingAfter string
+	Status     Status
+	CreatedGTE *time.Time
+	CreatedLT  *time.Time
+	// ExpiringBefore keeps the authorized payments whose hold lapses
+	// before it (capture_before < ExpiringBefore), lapsed ones included
+	// until the sweeper records them expired.
+	ExpiringBefore *time.Time
+	Limit          int
+	StartingAfter  string
 }
 
 // ListPayments returns a page of payments and whether more follow.
@@ -270,16 +281,18 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 	const q = `
 		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, request_hash, field_hashes
+			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
 		FROM payments
 		WHERE ($1::bigint = 0 OR tenant_id = $1)
 		  AND ($2 = '' OR status = $2)
 		  AND ($3::timestamptz IS NULL OR created_at >= $3)
 		  AND ($4::timestamptz IS NULL OR created_at < $4)
 		  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6))
+		  AND ($8::timestamptz IS NULL OR (status = 'authorized' AND capture_before < $8))
 		ORDER BY created_at DESC, id DESC
 		LIMIT $7`
-	rows, _ := s.pool.Query(ctx, q, sc.TenantID, string(f.Status), f.CreatedGTE, f.CreatedLT, cursorAt, cursorID, f.Limit+1)
+	rows, _ := s.pool.Query(ctx, q, sc.TenantID, string(f.Status), f.CreatedGTE, f.CreatedLT, cursorAt, cursorID, f.Limit+1,
+		f.ExpiringBefore)
 	ps, err := pgx.CollectRows(rows, scanPayment)
 	if err != nil {
 		return nil, false, internalf("list payments: %w", err)

@@ -59,6 +59,17 @@ type Config struct {
 	// private, loopback and link-local addresses
 	// (PAYORCH_WEBHOOK_ALLOW_PRIVATE: development and tests).
 	WebhookAllowPrivate bool
+	// HoldExpiringLead is how long before a hold's deadline the sweeper
+	// sends payment.hold_expiring; 0 means DefaultHoldExpiringLead.
+	HoldExpiringLead time.Duration
+	// HoldActionLead is how long before a hold's deadline the sweeper
+	// starts its on_expiry action; 0 means DefaultHoldActionLead.
+	HoldActionLead time.Duration
+	// WebhookSenders is how many deliveries the delivery worker of this
+	// instance sends at once; 0 means DefaultWebhookSenders. Fewer
+	// senders drain a backlog more slowly and leave more of the machine
+	// to payments.
+	WebhookSenders int
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -94,6 +105,9 @@ type Service struct {
 	// webhookClient sends webhook deliveries (newWebhookClient).
 	webhookClient       *http.Client
 	webhookAllowPrivate bool
+	webhookSenders      int
+	holdExpiringLead    time.Duration
+	holdActionLead      time.Duration
 	providerTimeout     time.Duration
 	lease               time.Duration
 	keyTTL              time.Duration
@@ -126,6 +140,17 @@ func NewService(cfg Config) *Service {
 		s.maxAttempts = DefaultMaxAttempts
 	}
 	s.webhookAllowPrivate = cfg.WebhookAllowPrivate
+	s.holdExpiringLead, s.holdActionLead = cfg.HoldExpiringLead, cfg.HoldActionLead
+	if s.holdExpiringLead <= 0 {
+		s.holdExpiringLead = DefaultHoldExpiringLead
+	}
+	if s.holdActionLead <= 0 {
+		s.holdActionLead = DefaultHoldActionLead
+	}
+	s.webhookSenders = cfg.WebhookSenders
+	if s.webhookSenders <= 0 {
+		s.webhookSenders = DefaultWebhookSenders
+	}
 	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {

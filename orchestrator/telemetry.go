@@ -51,6 +51,7 @@ type telemetry struct {
 	purged       metric.Int64Counter
 	failovers    metric.Int64Counter
 	deliveries   metric.Int64Counter
+	holds        metric.Int64Counter
 	breakerState metric.Int64ObservableGauge
 
 	pendingPayments   metric.Int64ObservableGauge
@@ -68,7 +69,7 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 	t := &telemetry{pending: otelx.Reading[PendingStats]{Every: pendingCacheFor, Timeout: pendingQueryTimeout, Read: s.Pending}}
 	var m metric.Meter
 	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
-	var errs [13]error
+	var errs [14]error
 	t.providerCall, errs[0] = m.Float64Histogram("payorch.provider_call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of provider calls by provider, operation and outcome (ok, declined, rejected, not_executed, unknown)."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -98,6 +99,8 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 		metric.WithDescription("Webhook deliveries not yet delivered nor given up (whole database)."))
 	t.webhookOldest, errs[12] = m.Float64ObservableGauge("payorch.webhook.oldest_undelivered_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest webhook delivery not yet delivered nor given up; 0 when none."))
+	t.holds, errs[13] = m.Int64Counter("payorch.holds", metric.WithUnit("{hold}"),
+		metric.WithDescription("What the hold sweeper did, by event: expiring (payment.hold_expiring sent), expired (a lapsed hold found and confirmed at the provider), extended (the provider's deadline was later), on_expiry_capture and on_expiry_cancel (the action started)."))
 	if s.pool != nil {
 		_, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 			st, ok := s.pendingCached(ctx)
@@ -116,6 +119,11 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 
 // breakerGauge is the value of the breaker-state gauge of each state.
 var breakerGauge = map[BreakerState]int64{BreakerClosed: 0, BreakerHalfOpen: 1, BreakerOpen: 2}
+
+// hold counts one thing the hold sweeper did.
+func (t *telemetry) hold(ctx context.Context, event string) {
+	t.holds.Add(ctx, 1, metric.WithAttributes(attribute.String("event", event)))
+}
 
 // delivered counts one webhook delivery attempt by outcome.
 func (t *telemetry) delivered(outcome string) {

@@ -76,14 +76,22 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 // inserts them, each a payment.pending event for one endpoint on loopback
 // that answers at once), then the same authorize load runs while one
 // delivery worker drains them. Reports each phase's p50 and p99, their
-// ratio, and the events delivered during the draining phase.
+// ratio, and the events delivered during the draining phase. It runs with
+// the default senders and with 4 (PAYORCH_WEBHOOK_SENDERS), the throttle
+// for an instance that must leave its CPU to payments.
 func BenchmarkWebhookBacklog(b *testing.B) {
+	for _, senders := range []int{orchestrator.DefaultWebhookSenders, 4} {
+		b.Run(fmt.Sprintf("senders=%d", senders), func(b *testing.B) { benchmarkWebhookBacklog(b, senders) })
+	}
+}
+
+func benchmarkWebhookBacklog(b *testing.B, senders int) {
 	const authorizeFor = 8 * time.Second
 	ctx := context.Background()
 	w := newBenchWorld(b, pgtest.DurableURL(b))
 	svc, done := w.service(b)
 	defer done()
-	svc2 := orchestrator.NewService(orchestrator.Config{Pool: svc.Pool(), WebhookAllowPrivate: true})
+	svc2 := orchestrator.NewService(orchestrator.Config{Pool: svc.Pool(), WebhookAllowPrivate: true, WebhookSenders: senders})
 	var hits atomic.Int64
 	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	b.Cleanup(rcv.Close)

@@ -64,9 +64,37 @@ const deliveriesQuery = `
 	FROM events ev
 	JOIN webhook_deliveries d ON d.event_id = ev.id
 	JOIN webhook_endpoints e ON e.id = d.endpoint_id
-	WHERE ev.tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR ev.tenant_id = @tenant_id)
+	WHERE ` + deliveriesVisible + `
 	  AND (ev.id = @event_id OR ev.payment_id = @payment_id)
 	ORDER BY ev.created_at, ev.sequence NULLS LAST, ev.id, e.created_at, e.id`
+
+// deliveriesVisible says whose deliveries a scope sees: a merchant its
+// tenant's, support every tenant's, finance (and admin) the staff events'
+// only. Finance reads merchants' events, but their endpoints (URLs, what
+// they answered) are the merchants' business, which support looks after.
+const deliveriesVisible = `(CASE WHEN @staff THEN ev.tenant_id IS NULL
+	ELSE ev.tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR ev.tenant_id = @tenant_id) END)`
+
+// deliveriesVisibleTo is deliveriesVisible for one event read in sc.
+func deliveriesVisibleTo(sc Scope, ev WebhookEvent) bool {
+	if sc.Staff {
+		return ev.TenantID == nil
+	}
+	return ev.TenantID != nil && (sc.TenantID == 0 || sc.TenantID == *ev.TenantID)
+}
+
+// eventForDeliveries reads event id for a reader of its deliveries in sc:
+// not_found unless both the event and its deliveries are visible.
+func (s *Service) eventForDeliveries(ctx context.Context, sc Scope, id string) error {
+	ev, err := s.GetEvent(ctx, sc, id)
+	if err != nil {
+		return err
+	}
+	if !deliveriesVisibleTo(sc, ev) {
+		return Errorf(CodeNotFound, "no event %q", id)
+	}
+	return nil
+}
 
 // querier runs a query: the pool, or a transaction.
 type querier interface {
@@ -75,7 +103,8 @@ type querier interface {
 
 // deliveries runs deliveriesQuery on q.
 func deliveries(ctx context.Context, q querier, sc Scope, eventID, paymentID string) ([]WebhookDelivery, error) {
-	rows, _ := q.Query(ctx, deliveriesQuery, namedArgs{"tenant_id": sc.TenantID, "event_id": eventID, "payment_id": paymentID})
+	rows, _ := q.Query(ctx, deliveriesQuery, namedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff, "event_id": eventID,
+		"payment_id": paymentID})
 	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookDelivery])
 	if err != nil {
 		return nil, internalf("read webhook deliveries: %w", err)
@@ -93,7 +122,7 @@ func deliveries(ctx context.Context, q querier, sc Scope, eventID, paymentID str
 // per endpoint it was (or is to be) sent to, deleted endpoints included.
 // Errors: not_found.
 func (s *Service) EventDeliveries(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
-	if _, err := s.GetEvent(ctx, sc, eventID); err != nil {
+	if err := s.eventForDeliveries(ctx, sc, eventID); err != nil {
 		return nil, err
 	}
 	return deliveries(ctx, s.pool, sc, eventID, "")
@@ -116,14 +145,14 @@ func (s *Service) PaymentDeliveries(ctx context.Context, sc Scope, paymentID str
 // waits until it is enabled. It returns the event's deliveries as they
 // now are. Errors: not_found.
 func (s *Service) RedeliverEvent(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
-	if _, err := s.GetEvent(ctx, sc, eventID); err != nil {
+	if err := s.eventForDeliveries(ctx, sc, eventID); err != nil {
 		return nil, err
 	}
 	const q = `
 		INSERT INTO webhook_deliveries AS d (event_id, endpoint_id, status, next_attempt_at, created_at)
 		SELECT ev.id, e.id, 'pending', @now, @now
 		FROM events ev
-		JOIN webhook_endpoints e ON e.tenant_id = ev.tenant_id AND e.deleted_at IS NULL
+		JOIN webhook_endpoints e ON e.tenant_id IS NOT DISTINCT FROM ev.tenant_id AND e.deleted_at IS NULL
 		WHERE ev.id = @event_id
 		  AND ('*' = ANY (e.event_types) OR ev.type = ANY (e.event_types)
 		       OR EXISTS (SELECT 1 FROM webhook_deliveries x WHERE x.event_id = ev.id AND x.endpoint_id = e.id))

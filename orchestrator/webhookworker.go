@@ -49,8 +49,9 @@ const (
 	WebhookGiveUpAfter = 72 * time.Hour
 	// webhookBatch is how many deliveries one pass takes at most.
 	webhookBatch = 200
-	// webhookSenders is how many deliveries a pass sends at once.
-	webhookSenders = 32
+	// DefaultWebhookSenders is how many deliveries a pass sends at once
+	// unless Config.WebhookSenders says otherwise.
+	DefaultWebhookSenders = 32
 	// maxResponseExcerpt is how much of an answer an attempt keeps.
 	maxResponseExcerpt = 1024
 )
@@ -206,11 +207,11 @@ func (s *Service) DeliverWebhooks(ctx context.Context) (DeliveryStats, error) {
 	return st, nil
 }
 
-// sendAll sends due deliveries, webhookSenders at a time, and returns
+// sendAll sends due deliveries, s.webhookSenders at a time, and returns
 // their results in order.
 func (s *Service) sendAll(ctx context.Context, due []dueDelivery, now time.Time) []deliveryResult {
 	results := make([]deliveryResult, len(due))
-	sem := make(chan struct{}, webhookSenders)
+	sem := make(chan struct{}, s.webhookSenders)
 	var wg sync.WaitGroup
 	for i := range due {
 		sem <- struct{}{}

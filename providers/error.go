@@ -54,6 +54,9 @@ const (
 	CodeProviderUnavailable   = "provider_unavailable"
 	CodeProviderTimeout       = "timeout"
 	CodeProviderInternalError = "provider_error"
+	// CodeNotSupported: the provider cannot do this to this object (an
+	// extension of a hold it cannot extend).
+	CodeNotSupported = "not_supported"
 )
 
 // Error is the one error type a Provider returns.

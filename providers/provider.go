@@ -65,6 +65,26 @@ type Provider interface {
 	Report(ctx context.Context, req ReportRequest, fn func(ReportRow) error) error
 }
 
+// HoldExtender is implemented by a provider that can move an authorized
+// hold's deadline later. An extension moves no money: the hold stays what
+// it was, for longer.
+type HoldExtender interface {
+	// ExtendHold asks for a later capture_before of the authorized hold ref
+	// and returns the hold as it now is. Key is a forwarded idempotency
+	// key. An error is an *Error: KindRejected with CodeNotSupported when
+	// this hold cannot be extended, CodeHoldExpired when it lapsed.
+	ExtendHold(ctx context.Context, req ExtendRequest) (Hold, error)
+}
+
+// ExtendRequest asks for a later deadline of a hold.
+type ExtendRequest struct {
+	Key string
+	Ref string
+	// ExtendedAuthorization says the hold was placed with
+	// AuthorizeRequest.ExtendedAuthorization.
+	ExtendedAuthorization bool
+}
+
 // Status is a hold's state as the provider reports it.
 type Status string
 
@@ -97,6 +117,11 @@ type AuthorizeRequest struct {
 	// PaymentMethod is a provider payment method ("pm_card_visa").
 	PaymentMethod string
 	Description   string
+	// ExtendedAuthorization asks for the provider's longest hold where it
+	// has one (Stripe: payment_method_options.card.
+	// request_extended_authorization=if_available); the hold's
+	// CaptureBefore says what was granted.
+	ExtendedAuthorization bool
 	// OnReference, when set, is called with the provider's reference as
 	// soon as the provider assigns it, before the outcome is final. An error
 	// from it aborts the authorization as KindNotExecuted or KindUnknown,

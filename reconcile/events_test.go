@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -238,6 +239,51 @@ func TestReconciliationRunEventDelivery(t *testing.T) {
 	if got.Type != "reconciliation.run.completed" || got.TenantID != nil || got.Data.ID != run.ID || got.Data.LocalCount != run.LocalCount {
 		t.Fatalf("body %s", bodies[0])
 	}
+	mu.Unlock()
+
+	// Finance reads the staff event's deliveries and redelivers it; a
+	// merchant and support do not see them, and finance does not see a
+	// merchant's deliveries.
+	var evID string
+	if err := json.Unmarshal(bodies[0], &struct {
+		ID *string `json:"id"`
+	}{&evID}); err != nil {
+		t.Fatal(err)
+	}
+	staff := orchestrator.Scope{Staff: true}
+	ds, err := svc.EventDeliveries(ctx, staff, evID)
+	if err != nil || len(ds) != 1 || ds[0].EndpointID != ep.ID || ds[0].Status != "delivered" || len(ds[0].Tries) != 1 {
+		t.Fatalf("finance reads deliveries %+v %v", ds, err)
+	}
+	ds, err = svc.RedeliverEvent(ctx, staff, evID)
+	if err != nil || len(ds) != 1 || ds[0].Status != "pending" {
+		t.Fatalf("finance redelivers %+v %v", ds, err)
+	}
+	if st, err := svc.DeliverWebhooks(ctx); err != nil || st.Delivered != 1 {
+		t.Fatalf("redelivered %+v %v", st, err)
+	}
+	for who, sc := range map[string]orchestrator.Scope{"merchant": {TenantID: e.tenant}, "support": {}} {
+		if _, err := svc.EventDeliveries(ctx, sc, evID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+			t.Fatalf("%s reads a staff event's deliveries: %v", who, err)
+		}
+		if _, err := svc.RedeliverEvent(ctx, sc, evID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+			t.Fatalf("%s redelivers a staff event: %v", who, err)
+		}
+	}
+	merchantEvs, _, err := svc.ListEvents(ctx, orchestrator.Scope{TenantID: e.tenant}, orchestrator.EventFilter{Limit: 1})
+	if err != nil || len(merchantEvs) != 1 {
+		t.Fatalf("merchant events %+v %v", merchantEvs, err)
+	}
+	if _, err := svc.EventDeliveries(ctx, staff, merchantEvs[0].ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		t.Fatalf("finance reads a merchant's deliveries: %v", err)
+	}
+	if _, err := svc.RedeliverEvent(ctx, staff, merchantEvs[0].ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		t.Fatalf("finance redelivers a merchant's event: %v", err)
+	}
+	mu.Lock()
+	if len(bodies) != 2 || !bytes.Equal(bodies[0], bodies[1]) {
+		t.Fatalf("%d requests after the redelivery", len(bodies))
+	}
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -247,4 +293,60 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A run whose instance died (its lease ran out) is recorded failed by
+// FailAbandoned, once, with its reconciliation.run.failed event; if its
+// executor was only slow and finishes afterwards, what it found is
+// refused, and the run stays failed with no completed event.
+func TestAbandonedRunIsRecordedFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, fake.Config{})
+	e.aDay(t)
+	e.clk.Set(runTime)
+	run, err := e.rec.Begin(ctx, "fake", day, reconcile.TriggerAPI, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.rec.FailAbandoned(ctx); err != nil || n != 0 {
+		t.Fatalf("a live run was recorded abandoned: %d %v", n, err)
+	}
+	e.clk.Set(runTime.Add(3 * time.Minute)) // past its 2-minute lease
+	if n, err := e.rec.FailAbandoned(ctx); err != nil || n != 1 {
+		t.Fatalf("FailAbandoned = %d, %v; want 1", n, err)
+	}
+	if n, err := e.rec.FailAbandoned(ctx); err != nil || n != 0 {
+		t.Fatalf("FailAbandoned again = %d, %v; want 0", n, err)
+	}
+	var status string
+	if err := e.pool.QueryRow(ctx, `SELECT status FROM reconciliation_runs WHERE id = $1`, run.ID).Scan(&status); err != nil || status != "failed" {
+		t.Fatalf("stored status %q %v", status, err)
+	}
+	failed := e.staffEvents(t, "reconciliation.run.failed")
+	if len(failed) != 1 {
+		t.Fatalf("%d failed events, want 1", len(failed))
+	}
+	var fs runSummary
+	if err := json.Unmarshal(failed[0].Data, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.ID != run.ID || fs.Status != "failed" || fs.Error == nil || *fs.Error != "abandoned: the instance running it stopped; re-run it" {
+		t.Fatalf("event %s", failed[0].Data)
+	}
+
+	// The executor was only slow: it works now, and its finish is refused.
+	if _, err := e.rec.Execute(ctx, run); err == nil {
+		t.Fatal("an abandoned run finished")
+	}
+	got, err := e.rec.GetRun(ctx, run.ID)
+	if err != nil || got.Status != "failed" {
+		t.Fatalf("run after its late finish: %+v %v", got, err)
+	}
+	if evs := e.staffEvents(t, "reconciliation.run.completed"); len(evs) != 0 {
+		t.Fatalf("an abandoned run announced completion: %+v", evs)
+	}
+	if evs := e.staffEvents(t, "reconciliation.run.failed"); len(evs) != 1 {
+		t.Fatalf("%d failed events after the late finish, want 1", len(evs))
+	}
 }

@@ -218,7 +218,8 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 }
 
 // judgeDay judges the day in tx: the provider rows stage set aside as
-// invalid, then every pair of judgePairs. It returns the day's counts and
+// invalid, then every pair of judgePairs, the rows of earlier attempts,
+// and the day's webhooks about objects we do not know (webhook.go). It returns the day's counts and
 // totals once every finding is stored.
 func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win window, staged staged, w *findingWriter) (*stats, error) {
 	st := newStats(win.from, win.to)
@@ -234,6 +235,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, run Run, win windo
 	if err := judgeAbandoned(ctx, tx, run, st, w); err != nil {
 		return nil, err
 	}
+	if err := judgeUnknownWebhooks(ctx, tx, run, win, w); err != nil {
+		return nil, err
+	}
 	if err := w.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -247,7 +251,10 @@ const finishRunSQL = `
 	UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
 		local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,
 		totals = $7, category_counts = $8, diff = $9
-	WHERE id = $1`
+	WHERE id = $1 AND status = 'running'`
+
+// errRunAbandoned: the run was recorded failed (abandoned) while it worked.
+var errRunAbandoned = errors.New("the run was recorded abandoned while it worked (its lease ran out)")
 
 // clearStagingSQL deletes the run's staged provider rows.
 const clearStagingSQL = `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`
@@ -261,9 +268,15 @@ func (r *Reconciler) finish(ctx context.Context, tx pgx.Tx, run Run, st *stats, 
 	if err != nil {
 		return result{}, fmt.Errorf("finish run: %w", err)
 	}
-	if _, err := tx.Exec(ctx, finishRunSQL, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount,
-		res.DiscrepancyCount, st.totals, w.byCategory, diff); err != nil {
+	tag, err := tx.Exec(ctx, finishRunSQL, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount,
+		res.DiscrepancyCount, st.totals, w.byCategory, diff)
+	if err != nil {
 		return result{}, fmt.Errorf("finish run: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		// Its lease ran out meanwhile and FailAbandoned recorded it failed
+		// (and dropped its staged rows): what it found is not kept.
+		return result{}, errRunAbandoned
 	}
 	if _, err := tx.Exec(ctx, clearStagingSQL, run.ID); err != nil {
 		return result{}, err

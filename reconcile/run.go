@@ -396,13 +396,43 @@ func (r *Reconciler) GetRun(ctx context.Context, id int64) (Run, error) {
 	return r.abandoned(run), nil
 }
 
+// abandonedReason is the error of a run whose executor died.
+const abandonedReason = "abandoned: the instance running it stopped; re-run it"
+
 func (r *Reconciler) abandoned(run Run) Run {
 	if run.Status == "running" && run.leaseUntil != nil && run.leaseUntil.Before(r.now()) {
 		run.Status = "failed"
-		msg := "abandoned: the instance running it stopped; re-run it"
+		msg := abandonedReason
 		run.Error = &msg
 	}
 	return run
+}
+
+// failAbandonedSQL records as failed every running run whose lease ran out
+// (its executor died without a word), and drops their staged provider
+// rows. The status change writes each one's reconciliation.run.failed
+// event (migration 00009's trigger), so finance hears of a run that died
+// as of one that failed. A run that was only slow to beat, and finishes
+// afterwards, cannot overwrite this: finishRunSQL moves only a running run.
+const failAbandonedSQL = `
+	WITH failed AS (
+		UPDATE reconciliation_runs SET status = 'failed', error = $2, finished_at = $1, lease_until = NULL
+		WHERE status = 'running' AND lease_until < $1
+		RETURNING id
+	), cleared AS (
+		DELETE FROM reconciliation_provider_rows WHERE run_id IN (SELECT id FROM failed)
+	)
+	SELECT count(*) FROM failed`
+
+// FailAbandoned records every run whose executor died as failed (and
+// announces it), returning how many. serve calls it on every sweep;
+// several instances may at once (the UPDATE takes each run once).
+func (r *Reconciler) FailAbandoned(ctx context.Context) (int64, error) {
+	var n int64
+	if err := r.pool.QueryRow(ctx, failAbandonedSQL, r.now(), abandonedReason).Scan(&n); err != nil {
+		return 0, fmt.Errorf("reconcile: fail abandoned runs: %w", err)
+	}
+	return n, nil
 }
 
 // RunFilter selects runs, newest first.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -54,17 +55,49 @@ const (
 	benchBody = `{"amount_minor":1000,"currency":"EUR"}`
 	// benchHotPathScript is the pgbench script of one new authorize's SQL.
 	benchHotPathScript = "../../testdata/bench/authorize_hot_path.sql"
+	// benchStatsSettle is how long the benchmark waits, before and after a
+	// measured run, for PostgreSQL's statistics to be complete: each
+	// backend keeps its counts (xact_commit, pg_stat_wal) to itself and
+	// sends them at most once a second while busy and, once idle, at the
+	// latest 10 s later (PGSTAT_IDLE_INTERVAL).
+	benchStatsSettle = 10500 * time.Millisecond
 )
 
-// BenchmarkServe puts HTTP load on one `payorch serve` process with its
-// embedded fake provider (zero latency) on a throw-away database of the
-// test cluster. One op is one HTTP request; each scenario reports req/s,
-// the p50 and p99 latency and the CPU each process spent per request, of
-// its last run. NewAuthorize also reports pgbench running the same SQL on
-// the same database (the floor it is measured against). Run it as `make
-// bench` does (BENCHMARKS.md).
+// BenchmarkServe is the headline: HTTP load on one `payorch serve` process
+// with its embedded fake provider (zero latency) on a database of the
+// durable cluster (pgtest.DurableURL: fsync, synchronous_commit and
+// full_page_writes on, so every commit waits for its WAL flush, as in
+// production). One op is one HTTP request; each scenario reports req/s,
+// the p50 and p99 latency, the CPU each process spent per request, and
+// commits and WAL flushes per request, of its last run. In the same run,
+// on the same cluster: the reference peer (bench_peer_test.go) under the
+// same load, first, and pgbench's floors: the service's own SQL on its
+// database (pct_of_pgbench) and the peer's two-transaction floor.sql on
+// the peer's (x_pgbench_floor). Run it as `make bench` does
+// (BENCHMARKS.md).
 func BenchmarkServe(b *testing.B) {
-	e := newBenchEnv(b, false)
+	e := newBenchEnv(b, benchOptions{durable: true, peer: true})
+	b.Run("Peer/NewAuthorize", e.peerNew)
+	b.Run("Peer/Replay", e.peerReplay)
+	e.scenarios(b)
+}
+
+// BenchmarkServeNoSync is the secondary column: BenchmarkServe's writing
+// scenarios (NewAuthorize with its pgbench floor, Capture) on the
+// throw-away cluster (fsync, synchronous_commit and full_page_writes off),
+// where commits cost no disk flush, so the figures are CPU and round trips
+// only, comparable with the figures before issue #17. No payments team
+// runs PostgreSQL this way. Replays and the storm, which hardly write, are
+// measured on the durable cluster only, as is everything against the
+// peer; commits and WAL flushes are not counted here (no flushes).
+func BenchmarkServeNoSync(b *testing.B) {
+	e := newBenchEnv(b, benchOptions{})
+	b.Run("NewAuthorize", e.newAuthorize)
+	b.Run("Capture", e.capture)
+}
+
+// scenarios runs the service's scenarios on e.
+func (e *benchEnv) scenarios(b *testing.B) {
 	b.Run("NewAuthorize", e.newAuthorize)
 	b.Run("Replay", func(b *testing.B) { e.replay(b, benchClients) })
 	b.Run("ReplayOneClient", func(b *testing.B) { e.replay(b, 1) })
@@ -79,11 +112,12 @@ func BenchmarkServe(b *testing.B) {
 // database runs on its own host. Both sides are then limited by the same
 // database CPU, and pct_of_pgbench says how close the service comes to
 // keeping it as busy as pgbench does. Affinities are restored afterwards.
+// It runs on the durable cluster, as BenchmarkServe does.
 func BenchmarkServePinned(b *testing.B) {
 	if runtime.NumCPU() < 2 {
 		b.Fatalf("BenchmarkServePinned needs 2 CPUs, this machine has %d", runtime.NumCPU())
 	}
-	e := newBenchEnv(b, true)
+	e := newBenchEnv(b, benchOptions{durable: true, pinned: true})
 	b.Run("NewAuthorize", e.newAuthorize)
 }
 
@@ -117,7 +151,7 @@ func BenchmarkServePooler(b *testing.B) {
 	direct := side(dbURL)
 	pooled := side(pgtest.ThroughPooler(b, dbURL), "PAYORCH_DATABASE_POOLER=transaction", "DATABASE_DIRECT_URL="+dbURL)
 	for i, e := range []*benchEnv{direct, pooled} {
-		e.load(b, benchClients, benchWarmup/2, func(j int) error { return e.newKey(fmt.Sprintf("warmup-%d-%d", i, j)) })
+		e.load(b, benchClients, benchWarmup/2, false, func(j int) error { return e.newKey(fmt.Sprintf("warmup-%d-%d", i, j)) })
 	}
 	if _, err := pool.Exec(context.Background(), `ANALYZE`); err != nil {
 		b.Fatal(err)
@@ -126,7 +160,7 @@ func BenchmarkServePooler(b *testing.B) {
 	var all [2][]time.Duration
 	for round := range 2 {
 		for i, e := range []*benchEnv{direct, pooled} {
-			r := e.load(b, benchClients, 0, func(j int) error { return e.newKey(fmt.Sprintf("new-%d-%d-%d", round, i, j)) })
+			r := e.load(b, benchClients, 0, false, func(j int) error { return e.newKey(fmt.Sprintf("new-%d-%d-%d", round, i, j)) })
 			rates[i] += r.perSecond() / 2
 			all[i] = append(all[i], r.latency...)
 		}
@@ -141,9 +175,22 @@ func BenchmarkServePooler(b *testing.B) {
 	b.ReportMetric(100*rates[1]/rates[0], "pooler_pct_of_direct")
 }
 
+// benchOptions says where and what a benchEnv runs.
+type benchOptions struct {
+	// durable puts the database on the durable cluster
+	// (pgtest.DurableURL), not the throw-away one.
+	durable bool
+	// pinned puts PostgreSQL on CPU 1 and the rest on CPU 0.
+	pinned bool
+	// peer starts the reference peer on a database of its own on the same
+	// cluster and takes pgbench's floor on it (bench_peer_test.go).
+	peer bool
+}
+
 // benchEnv is one database, one merchant and one serve process, shared by
 // the scenarios.
 type benchEnv struct {
+	opts     benchOptions
 	dbURL    string
 	pool     *pgxpool.Pool
 	tenantID int64
@@ -162,20 +209,31 @@ type benchEnv struct {
 	pinned bool
 	pg     pgbenchResult
 
+	peer  *benchPeer    // the reference peer, when opts.peer
+	floor pgbenchResult // pgbench's floor.sql on the peer's database
+	// newRate is the req/s of NewAuthorize's last run, for Capture's
+	// ratio to it.
+	newRate float64
+	ratesMu sync.Mutex
+	rates   map[string]float64 // req/s of each scenario's last run (wantStats)
+
 	replayOnce   sync.Once
 	replayKeys   []string
 	replayBodies [][]byte
 }
 
-func newBenchEnv(b *testing.B, pinned bool) *benchEnv {
+func newBenchEnv(b *testing.B, opts benchOptions) *benchEnv {
 	b.Helper()
 	dbURL := pgtest.URL(b)
+	if opts.durable {
+		dbURL = pgtest.DurableURL(b)
+	}
 	pool := pgtest.Pool(b, dbURL)
 	tenant, _, secret, err := orchestrator.NewService(orchestrator.Config{Pool: pool}).CreateTenant(context.Background(), "Bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{dbURL: dbURL, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &testkit.SyncBuffer{}}
+	e := &benchEnv{opts: opts, dbURL: dbURL, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &testkit.SyncBuffer{}}
 	var backend int
 	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		b.Fatal(err)
@@ -183,7 +241,7 @@ func newBenchEnv(b *testing.B, pinned bool) *benchEnv {
 	if e.postmaster = parentPID(backend); e.postmaster <= 1 {
 		b.Fatalf("no postmaster found for backend %d", backend)
 	}
-	if pinned {
+	if opts.pinned {
 		e.pin(b)
 	}
 	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
@@ -201,11 +259,21 @@ func newBenchEnv(b *testing.B, pinned bool) *benchEnv {
 	// its first minute: plans the server cached while the tables were
 	// empty scan every payment of the tenant (BENCHMARKS.md), and the
 	// statistics invalidate them. Then take the pgbench figure, once.
-	e.load(b, benchClients, benchWarmup, func(i int) error { return e.newKey(fmt.Sprintf("warmup-%d", i)) })
+	e.load(b, benchClients, benchWarmup, false, func(i int) error { return e.newKey(fmt.Sprintf("warmup-%d", i)) })
+	if opts.peer {
+		e.peer = startPeer(b, e) // warmed up and analyzed too
+	}
 	if _, err := pool.Exec(context.Background(), `ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
-	e.pg = e.pgbench(b)
+	e.pg = e.pgbench(b, true, benchHotPathScript, e.dbURL,
+		"--define=tenant_id="+strconv.FormatInt(e.tenantID, 10),
+		"--define=run="+strconv.FormatInt(time.Now().UnixNano(), 10))
+	if opts.peer {
+		// pgbench's backends sent their statistics as they exited: nothing
+		// is pending.
+		e.floor = e.pgbench(b, false, e.peer.floorScript, e.peer.dbURL)
+	}
 	return e
 }
 
@@ -360,6 +428,7 @@ func (e *benchEnv) newKey(key string) error {
 // pgbench is done).
 type cpuTimes struct {
 	client, serve, pg time.Duration
+	peer              time.Duration // the reference peer's process, when it runs
 	pgProcs           int           // the postmaster's live children
 	machine           time.Duration // busy time of all CPUs (/proc/stat)
 }
@@ -367,11 +436,12 @@ type cpuTimes struct {
 // others is the CPU time the machine spent on anything but ours (extra),
 // the load generator, the server and the cluster.
 func (t cpuTimes) others(extra time.Duration) time.Duration {
-	return t.machine - t.client - t.serve - t.pg - extra
+	return t.machine - t.client - t.serve - t.peer - t.pg - extra
 }
 
 func (t cpuTimes) sub(u cpuTimes) cpuTimes {
-	return cpuTimes{client: t.client - u.client, serve: t.serve - u.serve, pg: t.pg - u.pg, machine: t.machine - u.machine}
+	return cpuTimes{client: t.client - u.client, serve: t.serve - u.serve, peer: t.peer - u.peer, pg: t.pg - u.pg,
+		machine: t.machine - u.machine}
 }
 
 func (e *benchEnv) cpu() cpuTimes {
@@ -379,6 +449,9 @@ func (e *benchEnv) cpu() cpuTimes {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	t := cpuTimes{client: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), serve: procCPU(e.serve.Process.Pid, false),
 		machine: machineBusy()}
+	if e.peer != nil {
+		t.peer = procCPU(e.peer.cmd.Process.Pid, false)
+	}
 	t.pg = procCPU(e.postmaster, true)
 	entries, _ := os.ReadDir("/proc")
 	for _, d := range entries {
@@ -457,6 +530,7 @@ type loadResult struct {
 	elapsed time.Duration
 	latency []time.Duration // sorted
 	cpu     cpuTimes        // spent during the run
+	db      *pgCounters     // PostgreSQL's counters over the run, when measured
 }
 
 func (r loadResult) perSecond() float64 {
@@ -484,23 +558,41 @@ func othersPct(d, elapsed time.Duration) float64 {
 	return max(0, 100*d.Seconds()/(elapsed.Seconds()*float64(runtime.NumCPU())))
 }
 
-func (r loadResult) report(b *testing.B) {
+// report reports the run's figures; peer says the load went to the
+// reference peer (its CPU is peer_cpu_ms/op and its commits those of its
+// database).
+func (r loadResult) report(b *testing.B, peer bool) {
 	n := len(r.latency)
 	b.ReportMetric(r.perSecond(), "req/s")
 	b.ReportMetric(percentile(r.latency, 50), "p50_ms")
 	b.ReportMetric(percentile(r.latency, 99), "p99_ms")
-	b.ReportMetric(perOpMS(r.cpu.serve, n), "serve_cpu_ms/op")
+	if peer {
+		b.ReportMetric(perOpMS(r.cpu.peer, n), "peer_cpu_ms/op")
+	} else {
+		b.ReportMetric(perOpMS(r.cpu.serve, n), "serve_cpu_ms/op")
+	}
 	b.ReportMetric(perOpMS(r.cpu.pg, n), "pg_cpu_ms/op")
 	b.ReportMetric(perOpMS(r.cpu.client, n), "client_cpu_ms/op")
 	b.ReportMetric(othersPct(r.cpu.others(0), r.elapsed), "others_cpu_pct")
+	if r.db != nil {
+		commits := r.db.commits
+		if peer {
+			commits = r.db.peerCommits
+		}
+		b.ReportMetric(float64(commits)/float64(n), "commits/op")
+		b.ReportMetric(float64(r.db.xid)/float64(n), "write_xacts/op")
+		b.ReportMetric(float64(r.db.walSync)/float64(n), "wal_syncs/op")
+		b.ReportMetric(float64(r.db.walWrite)/float64(n), "wal_writes/op")
+	}
 }
 
 // load sends requests 0, 1, … from clients concurrent clients, timing each
 // one: b.N requests or, when d is positive, as many as d allows. do sends
 // request i and checks its answer. The benchmark timer runs only during
 // the load. The first error fails the benchmark once every client has
-// stopped.
-func (e *benchEnv) load(b *testing.B, clients int, d time.Duration, do func(i int) error) loadResult {
+// stopped. With stats, PostgreSQL's counters are read around the run
+// (pgCounters), which adds two waits of benchStatsSettle.
+func (e *benchEnv) load(b *testing.B, clients int, d time.Duration, stats bool, do func(i int) error) loadResult {
 	b.Helper()
 	n := b.N
 	if d > 0 {
@@ -514,7 +606,11 @@ func (e *benchEnv) load(b *testing.B, clients int, d time.Duration, do func(i in
 		mu      sync.Mutex
 		latency []time.Duration
 		wg      sync.WaitGroup
+		db0     pgCounters
 	)
+	if stats {
+		db0 = e.counters(b, true)
+	}
 	cpu0 := e.cpu()
 	b.ResetTimer()
 	b.StartTimer()
@@ -550,7 +646,12 @@ func (e *benchEnv) load(b *testing.B, clients int, d time.Duration, do func(i in
 		b.Fatal(first)
 	}
 	slices.Sort(latency)
-	return loadResult{elapsed: elapsed, latency: latency, cpu: cpu1.sub(cpu0)}
+	r := loadResult{elapsed: elapsed, latency: latency, cpu: cpu1.sub(cpu0)}
+	if stats {
+		db := e.counters(b, true).sub(db0)
+		r.db = &db
+	}
+	return r
 }
 
 // newAuthorize: every request a new Idempotency-Key, so every request is a
@@ -559,16 +660,31 @@ func (e *benchEnv) load(b *testing.B, clients int, d time.Duration, do func(i in
 // with as many clients on the same database.
 func (e *benchEnv) newAuthorize(b *testing.B) {
 	run := e.run.Add(1)
-	res := e.load(b, benchClients, 0, func(i int) error { return e.newKey(fmt.Sprintf("new-%d-%d", run, i)) })
-	res.report(b)
+	res := e.load(b, benchClients, 0, e.wantStats(b), func(i int) error { return e.newKey(fmt.Sprintf("new-%d-%d", run, i)) })
+	res.report(b, false)
+	e.ran(b, res)
+	e.newRate = res.perSecond()
 	b.ReportMetric(e.pg.tps, "pgbench_tps")
 	b.ReportMetric(e.pg.p50, "pgbench_p50_ms")
 	b.ReportMetric(e.pg.p99, "pgbench_p99_ms")
 	b.ReportMetric(e.pg.pgCPU, "pgbench_pg_cpu_ms/op")
 	b.ReportMetric(e.pg.ownCPU, "pgbench_client_cpu_ms/op")
 	b.ReportMetric(e.pg.others, "pgbench_others_cpu_pct")
+	if e.countsCommits() {
+		b.ReportMetric(e.pg.writeXacts, "pgbench_write_xacts/op")
+		b.ReportMetric(e.pg.walSyncs, "pgbench_wal_syncs/op")
+	}
 	b.ReportMetric(100*res.perSecond()/e.pg.tps, "pct_of_pgbench")
 	b.Logf("%d requests in %s; pgbench: %s", len(res.latency), res.elapsed.Round(time.Millisecond), e.pg.summary)
+	if e.peer != nil {
+		b.ReportMetric(res.perSecond()/e.peer.newRate, "x_peer_new")
+		b.ReportMetric(res.perSecond()/e.floor.tps, "x_pgbench_floor")
+		b.ReportMetric(e.floor.tps, "floor_tps")
+		b.ReportMetric(e.floor.p50, "floor_p50_ms")
+		b.ReportMetric(e.floor.writeXacts, "floor_write_xacts/op")
+		b.ReportMetric(e.floor.walSyncs, "floor_wal_syncs/op")
+		b.Logf("peer: %.1f new req/s; pgbench floor.sql on its database: %s", e.peer.newRate, e.floor.summary)
+	}
 }
 
 // capture: b.N payments are authorized first (not reported), then each is
@@ -578,8 +694,8 @@ func (e *benchEnv) newAuthorize(b *testing.B) {
 func (e *benchEnv) capture(b *testing.B) {
 	run := e.run.Add(1)
 	key := func(i int) string { return fmt.Sprintf("cap-%d-%d", run, i) }
-	e.load(b, benchClients, 0, func(i int) error { return e.newKey(key(i)) })
-	res := e.load(b, benchClients, 0, func(i int) error {
+	e.load(b, benchClients, 0, false, func(i int) error { return e.newKey(key(i)) })
+	res := e.load(b, benchClients, 0, e.wantStats(b), func(i int) error {
 		id := orchestrator.PaymentID(e.tenantID, key(i))
 		a, err := e.post("/v1/payments/"+id+"/capture", "capture-"+key(i), `{}`)
 		if err != nil {
@@ -590,7 +706,11 @@ func (e *benchEnv) capture(b *testing.B) {
 		}
 		return nil
 	})
-	res.report(b)
+	res.report(b, false)
+	e.ran(b, res)
+	if e.newRate > 0 {
+		b.ReportMetric(res.perSecond()/e.newRate, "x_new_authorize")
+	}
 }
 
 // replay: benchReplayKeys keys are authorized once (not timed), then
@@ -611,7 +731,7 @@ func (e *benchEnv) replay(b *testing.B, clients int) {
 	if len(e.replayKeys) != benchReplayKeys {
 		b.Fatal("replay keys were not set up")
 	}
-	res := e.load(b, clients, 0, func(i int) error {
+	res := e.load(b, clients, 0, e.wantStats(b), func(i int) error {
 		k := i % benchReplayKeys
 		a, err := e.authorize(e.replayKeys[k])
 		if err != nil {
@@ -625,7 +745,11 @@ func (e *benchEnv) replay(b *testing.B, clients int) {
 		}
 		return nil
 	})
-	res.report(b)
+	res.report(b, false)
+	e.ran(b, res)
+	if e.peer != nil && clients == benchClients {
+		b.ReportMetric(res.perSecond()/e.peer.replayRate, "x_peer_replay")
+	}
 }
 
 // duplicateStorm: benchStormSize identical requests per key, key after key,
@@ -639,7 +763,7 @@ func (e *benchEnv) duplicateStorm(b *testing.B) {
 	prefix := fmt.Sprintf("storm-%d-", run)
 	fresh := make([]atomic.Int32, keys)
 	var replayed, inUse atomic.Int64
-	res := e.load(b, benchClients, 0, func(i int) error {
+	res := e.load(b, benchClients, 0, e.wantStats(b), func(i int) error {
 		k := i / benchStormSize
 		a, err := e.authorize(prefix + strconv.Itoa(k))
 		if err != nil {
@@ -657,7 +781,8 @@ func (e *benchEnv) duplicateStorm(b *testing.B) {
 		}
 		return nil
 	})
-	res.report(b)
+	res.report(b, false)
+	e.ran(b, res)
 	for k := range fresh {
 		if n := fresh[k].Load(); n != 1 {
 			b.Fatalf("key %s%d: %d executions answered 201 without replay, want 1", prefix, k, n)
@@ -697,6 +822,9 @@ type pgbenchResult struct {
 	ownCPU   float64 // pgbench's own CPU milliseconds per transaction, whole run
 	others   float64 // share of the machine other processes used, whole run
 	summary  string  // pgbench's own figures, warm-up included
+	// writeXacts and walSyncs are write transactions and WAL flushes per
+	// transaction of the script, whole run (pgCounters).
+	writeXacts, walSyncs float64
 }
 
 var (
@@ -704,11 +832,15 @@ var (
 	pgbenchFailed = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
 )
 
-// pgbench runs testdata/bench/authorize_hot_path.sql with benchClients
-// clients against the benchmark's database, in prepared mode (pgx caches
+// pgbench runs script (testdata/bench/authorize_hot_path.sql on the
+// benchmark's database, or the peer's floor.sql on the peer's) with
+// benchClients clients against dbURL, in prepared mode (pgx caches
 // prepared statements too), for benchPgbenchWarmup+benchPgbenchMeasure,
 // and measures the transactions that end in the last benchPgbenchMeasure.
-func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
+// defines are more pgbench arguments (--define=name=value). When the
+// benchmark counts commits (opts.durable), settle says statistics may
+// still be pending from earlier load: they are waited for first.
+func (e *benchEnv) pgbench(b *testing.B, settle bool, script, dbURL string, defines ...string) pgbenchResult {
 	b.Helper()
 	bin := "pgbench"
 	if dir, err := pgcluster.FindBinDir(); err == nil {
@@ -716,7 +848,7 @@ func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
 			bin = filepath.Join(dir, "pgbench")
 		}
 	}
-	script, err := filepath.Abs(benchHotPathScript)
+	script, err := filepath.Abs(script)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -726,13 +858,15 @@ func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
 		"--client=" + strconv.Itoa(benchClients), "--jobs=2",
 		"--time=" + strconv.Itoa(int((benchPgbenchWarmup + benchPgbenchMeasure).Seconds())),
 		"--file=" + script,
-		"--define=tenant_id=" + strconv.FormatInt(e.tenantID, 10),
-		"--define=run=" + strconv.FormatInt(time.Now().UnixNano(), 10),
-		"--log", "--log-prefix=" + filepath.Join(logDir, "tx"),
-		e.dbURL,
 	}
+	args = append(args, defines...)
+	args = append(args, "--log", "--log-prefix="+filepath.Join(logDir, "tx"), dbURL)
 	cmd := e.command(bin, args...)
 	cmd.Dir = logDir
+	var db0 pgCounters
+	if e.countsCommits() {
+		db0 = e.counters(b, settle)
+	}
 	cpu0 := e.cpu()
 	began := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -751,6 +885,13 @@ func (e *benchEnv) pgbench(b *testing.B) pgbenchResult {
 		b.Fatalf("pgbench failed transactions:\n%s", out)
 	}
 	r := pgbenchWindow(b, logDir, benchPgbenchWarmup)
+	if e.countsCommits() {
+		// pgbench's backends have exited, sending their statistics; the
+		// WAL writer sends its own within a few of its rounds.
+		time.Sleep(time.Second)
+		db := e.counters(b, false).sub(db0)
+		r.writeXacts, r.walSyncs = float64(db.xid)/float64(r.all), float64(db.walSync)/float64(r.all)
+	}
 	used := cpu1.sub(cpu0)
 	own := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	r.pgCPU = perOpMS(used.pg, r.all)
@@ -817,4 +958,87 @@ func pgbenchWindow(b *testing.B, dir string, warmup time.Duration) pgbenchWindow
 	slices.Sort(lat)
 	return pgbenchWindowResult{all: len(txs), counted: len(lat), pgbenchResult: pgbenchResult{
 		tps: float64(len(lat)) / (last - from).Seconds(), p50: percentile(lat, 50), p99: percentile(lat, 99)}}
+}
+
+// pgCounters are PostgreSQL's counters a run is measured with. The WAL
+// figures and the transaction ids are the whole cluster's: while a
+// benchmark runs, nothing else uses its cluster.
+type pgCounters struct {
+	commits     int64 // pg_stat_database.xact_commit of the service's database
+	peerCommits int64 // of the peer's database (0 without a peer)
+	xid         int64 // transaction ids assigned: write transactions
+	walSync     int64 // pg_stat_wal.wal_sync: WAL flushes to disk (fsync or fdatasync)
+	walWrite    int64 // pg_stat_wal.wal_write: WAL buffer writes
+}
+
+func (c pgCounters) sub(d pgCounters) pgCounters {
+	return pgCounters{commits: c.commits - d.commits, peerCommits: c.peerCommits - d.peerCommits,
+		xid: c.xid - d.xid, walSync: c.walSync - d.walSync, walWrite: c.walWrite - d.walWrite}
+}
+
+// counters reads PostgreSQL's counters; with settle, it waits
+// benchStatsSettle first, so that every backend's counts have reached the
+// statistics.
+func (e *benchEnv) counters(b *testing.B, settle bool) pgCounters {
+	b.Helper()
+	if settle {
+		time.Sleep(benchStatsSettle)
+	}
+	peerDB := ""
+	if e.peer != nil {
+		peerDB = e.peer.dbName
+	}
+	var c pgCounters
+	err := e.pool.QueryRow(context.Background(), `
+		SELECT coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), 0),
+			coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0),
+			pg_snapshot_xmax(pg_current_snapshot())::text::bigint, w.wal_sync, w.wal_write
+		FROM pg_stat_wal w`, peerDB).Scan(&c.commits, &c.peerCommits, &c.xid, &c.walSync, &c.walWrite)
+	if err != nil {
+		b.Fatalf("read PostgreSQL's counters: %v", err)
+	}
+	return c
+}
+
+// wantStats says whether the run about to start is measured with
+// PostgreSQL's counters: only when it is expected to last at least half
+// the -benchtime (from the rate of the scenario's previous run), so the
+// waits (benchStatsSettle) are spent on the runs that are reported, not
+// on the short runs by which the testing package sizes them.
+func (e *benchEnv) wantStats(b *testing.B) bool {
+	if b.N <= 1 || !e.countsCommits() {
+		return false
+	}
+	bt := flag.Lookup("test.benchtime")
+	if bt == nil {
+		return true
+	}
+	v := bt.Value.String()
+	if strings.HasSuffix(v, "x") {
+		return true // a fixed count: this run is reported
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return true
+	}
+	e.ratesMu.Lock()
+	rate := e.rates[b.Name()]
+	e.ratesMu.Unlock()
+	return rate > 0 && float64(b.N)/rate >= d.Seconds()/2
+}
+
+// countsCommits says whether the benchmark reads PostgreSQL's counters:
+// on the durable cluster, where commits cost flushes, and not when pinned
+// (BenchmarkServePinned is about CPU), so that `make bench` is not spent
+// waiting for statistics.
+func (e *benchEnv) countsCommits() bool { return e.opts.durable && !e.opts.pinned }
+
+// ran records the rate of the scenario's run, for wantStats.
+func (e *benchEnv) ran(b *testing.B, r loadResult) {
+	e.ratesMu.Lock()
+	defer e.ratesMu.Unlock()
+	if e.rates == nil {
+		e.rates = map[string]float64{}
+	}
+	e.rates[b.Name()] = r.perSecond()
 }

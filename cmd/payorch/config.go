@@ -144,6 +144,11 @@ type config struct {
 	// (PAYORCH_CONNECTOR_FAKE_STATE wins); empty means memory only. `dev`
 	// defaults it to DataDir/fake-provider.json, `serve` leaves it empty.
 	FakeState string
+	// FakeWebhookSecret (PAYORCH_FAKE_WEBHOOK_SECRET) is the secret the
+	// fake provider signs its webhooks with: the default of `fakeprovider
+	// --webhook-secret`, and the webhook secret of the connector named
+	// fake (PAYORCH_CONNECTOR_FAKE_WEBHOOK_SECRET wins).
+	FakeWebhookSecret string
 	// DefaultProvider (PAYORCH_DEFAULT_PROVIDER) is the connector that
 	// serves requests that name none and that no routing rule routes; it
 	// must be configured and enabled. Unset: fake with PAYORCH_CONNECTORS
@@ -159,6 +164,16 @@ type config struct {
 	// StripeTimeout (STRIPE_TIMEOUT) bounds one request of the connector
 	// named stripe to Stripe.
 	StripeTimeout time.Duration
+	// StripeWebhookSecret (STRIPE_WEBHOOK_SECRET) is the signing secret
+	// ("whsec_…") of the Stripe webhook endpoint pointing at
+	// POST /webhooks/stripe, for the connector named stripe
+	// (PAYORCH_CONNECTOR_STRIPE_WEBHOOK_SECRET wins); unset, its webhooks
+	// are refused.
+	StripeWebhookSecret string
+	// webhookBase is where this process serves (http://host:port), set by
+	// serveAPI once it listens: embedded fakes send their webhooks to
+	// webhookBase/webhooks/<connector>. Empty: they send none.
+	webhookBase string
 	// ProviderTimeout (PAYORCH_PROVIDER_TIMEOUT) bounds one provider call.
 	ProviderTimeout time.Duration
 	// IdempotencyTTL (PAYORCH_IDEMPOTENCY_TTL) is how long keys are kept,
@@ -182,10 +197,29 @@ type config struct {
 	// endpoints use http and reach private, loopback and link-local
 	// addresses; `dev` allows them unless set to false.
 	WebhookAllowPrivate bool
+	// HistoryRetentionMonths (PAYORCH_HISTORY_RETENTION_MONTHS) is how many
+	// whole months of payment history (payment_events) are kept before the
+	// month's partition is dropped; 0 keeps it all.
+	HistoryRetentionMonths int
+	// HoldSweepInterval (PAYORCH_HOLD_SWEEP_INTERVAL) is how often the
+	// hold sweeper looks for holds to warn of, act on or expire; 0 turns it
+	// off.
+	HoldSweepInterval time.Duration
+	// HoldExpiringLead (PAYORCH_HOLD_EXPIRING_LEAD) is how long before a
+	// hold's deadline payment.hold_expiring is sent.
+	HoldExpiringLead time.Duration
+	// HoldActionLead (PAYORCH_HOLD_ACTION_LEAD) is how long before a hold's
+	// deadline its on_expiry action starts; at least twice the sweep
+	// interval, so a pass always comes in time.
+	HoldActionLead time.Duration
+	// WebhookSenders (PAYORCH_WEBHOOK_SENDERS) is how many deliveries the
+	// delivery worker sends at once, 1 to 256 (default 32).
+	WebhookSenders int
 	// webhookAllowPrivateSet says PAYORCH_WEBHOOK_ALLOW_PRIVATE was set.
 	webhookAllowPrivateSet bool
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
-	// idempotency keys are purged; 0 turns the sweeper off.
+	// idempotency keys are purged, and reconciliation runs whose instance
+	// died are recorded failed; 0 turns both sweepers off.
 	SweepInterval time.Duration
 	// ReconcileSchedule (PAYORCH_RECONCILE_SCHEDULE) is the cron spec of the
 	// daily reconciliation of yesterday; "off" disables it.
@@ -236,6 +270,11 @@ func defaultConfig() config {
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
 		WebhookInterval:  time.Second,
+		WebhookSenders:   orchestrator.DefaultWebhookSenders,
+
+		HoldSweepInterval: time.Minute,
+		HoldExpiringLead:  orchestrator.DefaultHoldExpiringLead,
+		HoldActionLead:    orchestrator.DefaultHoldActionLead,
 
 		MaxAttempts: orchestrator.DefaultMaxAttempts,
 		Breaker:     orchestrator.DefaultBreaker,
@@ -329,12 +368,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
+	num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
+	dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
+	num("PAYORCH_HISTORY_RETENTION_MONTHS", &c.HistoryRetentionMonths)
+	dur("PAYORCH_HOLD_EXPIRING_LEAD", &c.HoldExpiringLead)
+	dur("PAYORCH_HOLD_ACTION_LEAD", &c.HoldActionLead)
 	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
 	c.webhookAllowPrivateSet = getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
 	str("PAYORCH_ENVIRONMENT", &c.Environment)
 	str("PAYORCH_FAKE_URL", &c.FakeURL)
 	str("PAYORCH_FAKE_TOKEN", &c.FakeToken)
 	str("PAYORCH_FAKE_STATE", &c.FakeState)
+	str("PAYORCH_FAKE_WEBHOOK_SECRET", &c.FakeWebhookSecret)
 	str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
 	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
 	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
@@ -342,6 +387,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	str("STRIPE_SECRET_KEY", &c.StripeSecretKey)
 	str("STRIPE_API_BASE", &c.StripeAPIBase)
 	dur("STRIPE_TIMEOUT", &c.StripeTimeout)
+	str("STRIPE_WEBHOOK_SECRET", &c.StripeWebhookSecret)
 	str("PAYORCH_DEBUG_LISTEN", &c.DebugListen)
 	str("PAYORCH_PUBLIC_URL", &c.PublicURL)
 	str("PAYORCH_TLS_CERT", &c.TLSCert)
@@ -406,6 +452,16 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
 	case c.WebhookInterval < 0:
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
+	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
+		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
+	case c.HistoryRetentionMonths < 0 || c.HistoryRetentionMonths > 1200:
+		return errors.New("PAYORCH_HISTORY_RETENTION_MONTHS: must be from 0 (keep everything) to 1200")
+	case c.HoldSweepInterval < 0:
+		return errors.New("PAYORCH_HOLD_SWEEP_INTERVAL: must not be negative (0 turns the hold sweeper off)")
+	case c.HoldExpiringLead <= 0 || c.HoldExpiringLead > 30*24*time.Hour:
+		return errors.New("PAYORCH_HOLD_EXPIRING_LEAD: must be positive and at most 720h")
+	case c.HoldActionLead <= 0 || c.HoldActionLead < 2*c.HoldSweepInterval:
+		return errors.New("PAYORCH_HOLD_ACTION_LEAD: must be positive and at least twice PAYORCH_HOLD_SWEEP_INTERVAL, so a pass starts the on_expiry action before the deadline")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
 	case c.StripeTimeout <= 0:

@@ -207,6 +207,40 @@ func TestAttemptsAndBreakerConfig(t *testing.T) {
 	}
 }
 
+// TestWebhookSecretsConfig: each connector's webhook secret comes from
+// PAYORCH_CONNECTOR_<NAME>_WEBHOOK_SECRET, the connectors named stripe
+// and fake fall back on STRIPE_WEBHOOK_SECRET and
+// PAYORCH_FAKE_WEBHOOK_SECRET.
+func TestWebhookSecretsConfig(t *testing.T) {
+	t.Parallel()
+	secrets := func(env map[string]string) map[string]string {
+		t.Helper()
+		cfg, err := loadConfig(envOf(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, cc := range cfg.activeConnectors() {
+			out[cc.Name] = cc.WebhookSecret
+		}
+		return out
+	}
+	if got := secrets(map[string]string{"STRIPE_SECRET_KEY": "sk_test_1", "STRIPE_WEBHOOK_SECRET": "whsec_legacy",
+		"PAYORCH_FAKE_WEBHOOK_SECRET": "whsec_fake"}); got["stripe"] != "whsec_legacy" || got["fake"] != "whsec_fake" {
+		t.Errorf("legacy: %v", got)
+	}
+	got := secrets(map[string]string{"PAYORCH_CONNECTORS": "stripe=stripe,stripe_eu=stripe,fake_a=fake",
+		"PAYORCH_CONNECTOR_STRIPE_SECRET_KEY": "sk_test_1", "PAYORCH_CONNECTOR_STRIPE_EU_SECRET_KEY": "sk_test_2",
+		"STRIPE_WEBHOOK_SECRET": "whsec_old", "PAYORCH_CONNECTOR_STRIPE_EU_WEBHOOK_SECRET": "whsec_eu"})
+	if got["stripe"] != "whsec_old" || got["stripe_eu"] != "whsec_eu" || got["fake_a"] != "" {
+		t.Errorf("listed: %v", got)
+	}
+	if got := secrets(map[string]string{"PAYORCH_CONNECTORS": "stripe=stripe", "PAYORCH_CONNECTOR_STRIPE_SECRET_KEY": "sk_test_1",
+		"STRIPE_WEBHOOK_SECRET": "whsec_old", "PAYORCH_CONNECTOR_STRIPE_WEBHOOK_SECRET": "whsec_new"}); got["stripe"] != "whsec_new" {
+		t.Errorf("the connector's own variable wins: %v", got)
+	}
+}
+
 // TestConnectorConfigErrors: every bad connector setting stops start-up
 // with an error naming the connector and the variable to fix.
 func TestConnectorConfigErrors(t *testing.T) {
@@ -232,6 +266,8 @@ func TestConnectorConfigErrors(t *testing.T) {
 		"FakeBadURL":                {withEnv(two, "PAYORCH_CONNECTOR_FAKE_B_URL", "127.0.0.1:9", "PAYORCH_CONNECTOR_FAKE_B_TOKEN", "t"), []string{"PAYORCH_CONNECTOR_FAKE_B_URL", "fake_b"}},
 		"FakeTokenWithSpace":        {withEnv(two, "PAYORCH_CONNECTOR_FAKE_B_TOKEN", "a b"), []string{"PAYORCH_CONNECTOR_FAKE_B_TOKEN", "fake_b"}},
 		"BadDisabled":               {withEnv(two, "PAYORCH_CONNECTOR_FAKE_B_DISABLED", "maybe"), []string{"PAYORCH_CONNECTOR_FAKE_B_DISABLED", "connector fake_b"}},
+		"WebhookSecretWithSpace":    {withEnv(two, "PAYORCH_CONNECTOR_FAKE_B_WEBHOOK_SECRET", "a b"), []string{"PAYORCH_CONNECTOR_FAKE_B_WEBHOOK_SECRET", "fake_b"}},
+		"LegacyStripeWebhookSpace":  {map[string]string{"STRIPE_SECRET_KEY": "sk_test_1", "STRIPE_WEBHOOK_SECRET": "whsec a"}, []string{"STRIPE_WEBHOOK_SECRET", "stripe"}},
 		"BadSoftDecline":            {withEnv(two, "PAYORCH_CONNECTOR_FAKE_A_SOFT_DECLINES", "processing_error,Try Again"), []string{"PAYORCH_CONNECTOR_FAKE_A_SOFT_DECLINES", "connector fake_a", `"Try Again"`}},
 		"EmptySoftDecline":          {withEnv(two, "PAYORCH_CONNECTOR_FAKE_A_SOFT_DECLINES", "processing_error,,"), []string{"PAYORCH_CONNECTOR_FAKE_A_SOFT_DECLINES"}},
 		"DefaultNotConfigured":      {withEnv(two, "PAYORCH_DEFAULT_PROVIDER", "fake"), []string{"PAYORCH_DEFAULT_PROVIDER", `"fake"`, "fake_a, fake_b"}},
@@ -244,16 +280,22 @@ func TestConnectorConfigErrors(t *testing.T) {
 		"LegacyFakeInProduction":    {map[string]string{"PAYORCH_ENVIRONMENT": "production"}, []string{"PAYORCH_DEFAULT_PROVIDER", "PAYORCH_ENVIRONMENT"}},
 		"LegacyFakeURLInProduction": {map[string]string{"PAYORCH_ENVIRONMENT": "production", "PAYORCH_DEFAULT_PROVIDER": "stripe", "STRIPE_SECRET_KEY": "sk",
 			"PAYORCH_FAKE_URL": "http://127.0.0.1:9", "PAYORCH_FAKE_TOKEN": "t"}, []string{"PAYORCH_FAKE_URL", "PAYORCH_ENVIRONMENT"}},
-		"MaxAttemptsZero":     {map[string]string{"PAYORCH_MAX_ATTEMPTS": "0"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
-		"MaxAttemptsEleven":   {map[string]string{"PAYORCH_MAX_ATTEMPTS": "11"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
-		"MaxAttemptsWord":     {map[string]string{"PAYORCH_MAX_ATTEMPTS": "three"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
-		"BreakerWindowShort":  {map[string]string{"PAYORCH_BREAKER_WINDOW": "500ms"}, []string{"PAYORCH_BREAKER_WINDOW"}},
-		"BreakerWindowLong":   {map[string]string{"PAYORCH_BREAKER_WINDOW": "25h"}, []string{"PAYORCH_BREAKER_WINDOW"}},
-		"BreakerWindowWord":   {map[string]string{"PAYORCH_BREAKER_WINDOW": "minute"}, []string{"PAYORCH_BREAKER_WINDOW"}},
-		"BreakerMinCallsZero": {map[string]string{"PAYORCH_BREAKER_MIN_CALLS": "0"}, []string{"PAYORCH_BREAKER_MIN_CALLS"}},
-		"BreakerPercentZero":  {map[string]string{"PAYORCH_BREAKER_ERROR_PERCENT": "0"}, []string{"PAYORCH_BREAKER_ERROR_PERCENT"}},
-		"BreakerPercentOver":  {map[string]string{"PAYORCH_BREAKER_ERROR_PERCENT": "101"}, []string{"PAYORCH_BREAKER_ERROR_PERCENT"}},
-		"BreakerCooldownZero": {map[string]string{"PAYORCH_BREAKER_COOLDOWN": "0s"}, []string{"PAYORCH_BREAKER_COOLDOWN"}},
+		"MaxAttemptsZero":       {map[string]string{"PAYORCH_MAX_ATTEMPTS": "0"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
+		"MaxAttemptsEleven":     {map[string]string{"PAYORCH_MAX_ATTEMPTS": "11"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
+		"MaxAttemptsWord":       {map[string]string{"PAYORCH_MAX_ATTEMPTS": "three"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
+		"WebhookSendersZero":    {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "0"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
+		"WebhookSendersHuge":    {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "1000"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
+		"RetentionNegative":     {map[string]string{"PAYORCH_HISTORY_RETENTION_MONTHS": "-1"}, []string{"PAYORCH_HISTORY_RETENTION_MONTHS"}},
+		"HoldSweepNegative":     {map[string]string{"PAYORCH_HOLD_SWEEP_INTERVAL": "-1s"}, []string{"PAYORCH_HOLD_SWEEP_INTERVAL"}},
+		"HoldLeadZero":          {map[string]string{"PAYORCH_HOLD_EXPIRING_LEAD": "0s"}, []string{"PAYORCH_HOLD_EXPIRING_LEAD"}},
+		"HoldActionBeforeSweep": {map[string]string{"PAYORCH_HOLD_SWEEP_INTERVAL": "10m", "PAYORCH_HOLD_ACTION_LEAD": "15m"}, []string{"PAYORCH_HOLD_ACTION_LEAD", "PAYORCH_HOLD_SWEEP_INTERVAL"}},
+		"BreakerWindowShort":    {map[string]string{"PAYORCH_BREAKER_WINDOW": "500ms"}, []string{"PAYORCH_BREAKER_WINDOW"}},
+		"BreakerWindowLong":     {map[string]string{"PAYORCH_BREAKER_WINDOW": "25h"}, []string{"PAYORCH_BREAKER_WINDOW"}},
+		"BreakerWindowWord":     {map[string]string{"PAYORCH_BREAKER_WINDOW": "minute"}, []string{"PAYORCH_BREAKER_WINDOW"}},
+		"BreakerMinCallsZero":   {map[string]string{"PAYORCH_BREAKER_MIN_CALLS": "0"}, []string{"PAYORCH_BREAKER_MIN_CALLS"}},
+		"BreakerPercentZero":    {map[string]string{"PAYORCH_BREAKER_ERROR_PERCENT": "0"}, []string{"PAYORCH_BREAKER_ERROR_PERCENT"}},
+		"BreakerPercentOver":    {map[string]string{"PAYORCH_BREAKER_ERROR_PERCENT": "101"}, []string{"PAYORCH_BREAKER_ERROR_PERCENT"}},
+		"BreakerCooldownZero":   {map[string]string{"PAYORCH_BREAKER_COOLDOWN": "0s"}, []string{"PAYORCH_BREAKER_COOLDOWN"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -47,6 +47,7 @@ const (
 	settingTimeout      = "TIMEOUT"
 	settingDisabled     = "DISABLED"
 	settingSoftDeclines = "SOFT_DECLINES"
+	settingWebhook      = "WEBHOOK_SECRET"
 )
 
 // defaultStripeTimeout bounds one request to Stripe when nothing says
@@ -86,6 +87,12 @@ type connectorConfig struct {
 	// holds are still captured, canceled, refunded, resolved and
 	// reconciled there.
 	Disabled bool
+	// WebhookSecret (_WEBHOOK_SECRET) verifies the connector's webhooks
+	// to POST /webhooks/<name>: a stripe connector's endpoint signing
+	// secret, a standalone fake's --webhook-secret. Empty: its webhooks are
+	// refused, but for an embedded fake, which gets one generated at each
+	// start (and its webhooks sent to this process).
+	WebhookSecret string
 	// SoftDeclines (_SOFT_DECLINES) are the decline codes after which the
 	// next connector of a payment's route is tried; nil means
 	// orchestrator.DefaultSoftDeclines, empty (`none`) none.
@@ -134,6 +141,10 @@ func (c config) legacySetting(name, setting string) (variable, value string) {
 		return "STRIPE_API_BASE", c.StripeAPIBase
 	case [2]string{"stripe", settingTimeout}:
 		return "STRIPE_TIMEOUT", c.StripeTimeout.String()
+	case [2]string{"stripe", settingWebhook}:
+		return "STRIPE_WEBHOOK_SECRET", c.StripeWebhookSecret
+	case [2]string{"fake", settingWebhook}:
+		return "PAYORCH_FAKE_WEBHOOK_SECRET", c.FakeWebhookSecret
 	}
 	return "", ""
 }
@@ -187,6 +198,7 @@ func (r *connectorReader) read(name, adapter string) connectorConfig {
 			cc.Timeout = d
 		}
 	}
+	cc.WebhookSecret = r.setting(name, settingWebhook, cc.vars)
 	if s := r.setting(name, settingDisabled, cc.vars); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -342,6 +354,9 @@ func (c config) validateConnectors() error {
 
 // validate checks one connector's settings.
 func (cc connectorConfig) validate() error {
+	if strings.ContainsAny(cc.WebhookSecret, " \t\r\n") {
+		return fmt.Errorf("%s: connector %s: must not contain white space", cc.varOf(settingWebhook), cc.Name)
+	}
 	switch cc.Adapter {
 	case adapterFake:
 		if cc.URL != "" {

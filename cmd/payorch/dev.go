@@ -170,6 +170,9 @@ func printDevConnectors(w io.Writer, cfg config, provs map[string]providers.Prov
 		}
 		fmt.Fprintf(w, "  %-12s %-7s %s%s\n", cc.Name, cc.Adapter, where, state)
 	}
+	if cfg.TLSCert == "" {
+		fmt.Fprintln(w, "  (the embedded fakes send their webhooks to this server's /webhooks/<connector>, signed)")
+	}
 	def, _ := cfg.connector(cfg.DefaultProvider)
 	fc, ok := provs[def.Name].(*fake.Client)
 	switch {

@@ -303,6 +303,21 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 			t.Fatalf("capturing the first run's payment on %s in the second run: %d %s", p.Provider, st, b)
 		}
 	}
+	// Each embedded fake sends its webhooks to the server, signed with the
+	// secret this start generated: the capture's shows on the timeline.
+	for _, p := range paid {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st, b := call(t, "GET", base2+"/v1/payments/"+p.ID+"/events", merchant2, "", "")
+			if st == 200 && strings.Contains(string(b), `"operation":"capture_succeeded"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no hold.captured webhook from %s on the timeline: %d %s", p.Provider, st, b)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}

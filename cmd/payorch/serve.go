@@ -86,6 +86,17 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		return err
 	}
 	defer m.Close()
+	// Listen first: embedded fakes learn where to send their webhooks
+	// (over plain HTTP only: with TLS they would have to trust our
+	// certificate, so they send none).
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer l.Close() // a no-op once served
+	if tlsConfig == nil {
+		cfg.webhookBase = selfURL(l.Addr())
+	}
 	provs, stopProviders, err := startProviders(cfg, logger, tel)
 	if err != nil {
 		return err
@@ -153,6 +164,29 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				return nil
 			}))
 	}
+	// History: next months' partitions made ahead, old ones dropped past
+	// the retention (hourly; every instance, serialised in the database).
+	workers = append(workers, orchestrator.NewWorker("history", time.Hour, time.Minute, logger,
+		func(ctx context.Context) error {
+			m, err := svc.MaintainHistory(ctx, cfg.HistoryRetentionMonths)
+			if m != (orchestrator.HistoryMaintenance{}) {
+				logger.InfoContext(ctx, "history partitions", "created", m.Created, "dropped", m.Dropped)
+			}
+			return err
+		}))
+	if cfg.HoldSweepInterval > 0 {
+		// Holds: warn before the deadline, act on it, expire at it.
+		workers = append(workers, orchestrator.NewWorker("hold-sweeper", cfg.HoldSweepInterval,
+			cfg.HoldSweepInterval+cfg.ProviderTimeout*4, logger,
+			func(ctx context.Context) error {
+				st, err := svc.SweepHolds(ctx)
+				if st != (orchestrator.HoldStats{}) {
+					logger.InfoContext(ctx, "hold sweeper pass", "warned", st.Warned, "acted", st.Acted,
+						"expired", st.Expired, "extended", st.Extended, "errors", st.Errors)
+				}
+				return err
+			}))
+	}
 	if cfg.SweepInterval > 0 {
 		workers = append(workers, orchestrator.NewWorker("key-sweeper", cfg.SweepInterval, time.Minute, logger,
 			func(ctx context.Context) error {
@@ -169,6 +203,18 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 				}
 			}))
 	}
+	rec := newReconciler(cfg, backoffice, logger, provs, tel)
+	if cfg.SweepInterval > 0 {
+		// A run whose instance died is recorded failed, and announced.
+		workers = append(workers, orchestrator.NewWorker("abandoned-runs", cfg.SweepInterval, time.Minute, logger,
+			func(ctx context.Context) error {
+				n, err := rec.FailAbandoned(ctx)
+				if n > 0 {
+					logger.WarnContext(ctx, "abandoned reconciliation runs recorded failed", "count", n)
+				}
+				return err
+			}))
+	}
 	for _, w := range workers {
 		w.Start(context.WithoutCancel(ctx))
 	}
@@ -178,7 +224,6 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		}
 	}()
 
-	rec := newReconciler(cfg, backoffice, logger, provs, tel)
 	if cfg.ReconcileSchedule != "off" {
 		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
 		if err != nil {
@@ -208,10 +253,6 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		PublicURL:          publicURL,
 		TLSConfig:          tlsConfig,
 	})
-	l, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
 		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
@@ -260,6 +301,9 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		Connectors:          cfg.connectorOptions(),
 		MaxAttempts:         cfg.MaxAttempts,
 		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+		WebhookSenders:      cfg.WebhookSenders,
+		HoldExpiringLead:    cfg.HoldExpiringLead,
+		HoldActionLead:      cfg.HoldActionLead,
 		Breaker:             cfg.Breaker,
 		ProviderTimeout:     cfg.ProviderTimeout,
 		Lease:               cfg.IdempotencyLease,
@@ -302,13 +346,20 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	token := fs.String("admin-token", cfg.FakeToken, "bearer secret every request must carry (default PAYORCH_FAKE_TOKEN, which does not show in ps)")
 	holdLifetime := fs.Duration("hold-lifetime", fake.DefaultHoldLifetime, "how long holds can be captured")
 	state := fs.String("state", "", "file to keep the state in across restarts (default: memory only)")
+	webhookURL := fs.String("webhook-url", "", "where to POST its webhooks, e.g. http://127.0.0.1:8080/webhooks/fake (default: none are sent)")
+	webhookSecret := fs.String("webhook-secret", cfg.FakeWebhookSecret,
+		"secret the webhooks are signed with (default PAYORCH_FAKE_WEBHOOK_SECRET; payorch verifies with the connector's _WEBHOOK_SECRET)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
 	if *token == "" {
 		return usageError{"fakeprovider: set PAYORCH_FAKE_TOKEN (or --admin-token) to the bearer secret its clients send, e.g. $(openssl rand -hex 32); payorch finds it in PAYORCH_FAKE_TOKEN too"}
 	}
-	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token})
+	if *webhookURL != "" && *webhookSecret == "" {
+		return usageError{"fakeprovider: --webhook-url needs PAYORCH_FAKE_WEBHOOK_SECRET (or --webhook-secret), the secret payorch verifies them with"}
+	}
+	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token,
+		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret})
 }
 
 // newReconciler wires the Reconciler on pool: the back-office pool for

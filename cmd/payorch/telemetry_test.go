@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -514,21 +515,51 @@ func newOTLPCollector(t *testing.T) *otlpCollector {
 // an OTLP endpoint and a batch delay longer than the test, so spans can only
 // arrive through the flush of a clean shutdown; one request's trace holds
 // the HTTP span, SQL spans, the provider call and its HTTP client span, and
-// the fake received the same trace id.
+// the fake received the same trace id. No span carries a secret: the API
+// key's, or a webhook endpoint's (created, rotated and delivered to while
+// traced).
 func TestTracesExportedOverOTLPAndFlushedOnShutdown(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, pgtest.URL(t))
 	proxy := newProviderProxy(t, w.fake.URL())
 	col := newOTLPCollector(t)
+	var hooked atomic.Int64
+	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hooked.Add(1) }))
+	t.Cleanup(hooks.Close)
 	srv := startServe(t, w.env(map[string]string{
-		"PAYORCH_FAKE_URL":            proxy.URL,
-		"OTEL_EXPORTER_OTLP_ENDPOINT": col.URL,
-		"OTEL_BSP_SCHEDULE_DELAY":     "600000",
-		"PAYORCH_KEY_SWEEP_INTERVAL":  "0",
+		"PAYORCH_FAKE_URL":              proxy.URL,
+		"OTEL_EXPORTER_OTLP_ENDPOINT":   col.URL,
+		"OTEL_BSP_SCHEDULE_DELAY":       "600000",
+		"PAYORCH_KEY_SWEEP_INTERVAL":    "0",
+		"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true",
+		"PAYORCH_WEBHOOK_INTERVAL":      "50ms",
 	}))
-	st, b := call(t, "POST", srv.base+"/v1/payments", w.key, "otlp-1", `{"amount_minor":1000,"currency":"EUR"}`)
+	st, b := call(t, "POST", srv.base+"/v1/webhook_endpoints", w.key, "otlp-ep", `{"url":"`+hooks.URL+`","event_types":["*"]}`)
+	if st != 201 {
+		t.Fatalf("create endpoint: %d %s", st, b)
+	}
+	var ep struct {
+		ID     string `json:"id"`
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(b, &ep); err != nil || ep.Secret == "" {
+		t.Fatalf("endpoint %s %v", b, err)
+	}
+	st, b = call(t, "POST", srv.base+"/v1/webhook_endpoints/"+ep.ID+"/rotate_secret", w.key, "otlp-rot", "")
+	var rotated struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(b, &rotated); st != 200 || err != nil || rotated.Secret == "" {
+		t.Fatalf("rotate: %d %s", st, b)
+	}
+	st, b = call(t, "POST", srv.base+"/v1/payments", w.key, "otlp-1", `{"amount_minor":1000,"currency":"EUR"}`)
 	if st != 201 {
 		t.Fatalf("authorize: %d %s", st, b)
+	}
+	for deadline := time.Now().Add(10 * time.Second); hooked.Load() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d webhooks delivered, want the payment's 2", hooked.Load())
+		}
 	}
 	col.mu.Lock()
 	early := len(col.spans)
@@ -597,5 +628,15 @@ func TestTracesExportedOverOTLPAndFlushedOnShutdown(t *testing.T) {
 	}
 	if !sent {
 		t.Fatalf("the fake never received trace %s", server.traceID)
+	}
+	apiSecret := w.key[len("pok_")+16+1:]
+	for _, s := range col.spans {
+		for k, v := range s.attrs {
+			for what, secret := range map[string]string{"API key": apiSecret, "endpoint": ep.Secret, "rotated endpoint": rotated.Secret} {
+				if strings.Contains(v, secret) {
+					t.Fatalf("span %q attribute %s carries the %s secret", s.name, k, what)
+				}
+			}
+		}
 	}
 }

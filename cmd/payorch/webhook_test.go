@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -21,25 +22,7 @@ import (
 func TestWebhooksSurviveACrashBeforeTheSend(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, pgtest.URL(t))
-	var mu sync.Mutex
-	got := map[string]int{}
-	const secret = "whsec_crash"
-	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if webhooksig.Verify(r.Header.Get(webhooksig.Header), body, secret, 0, time.Now()) != nil {
-			rw.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		got[r.Header.Get(webhooksig.EventIDHeader)]++
-		mu.Unlock()
-	}))
-	t.Cleanup(rcv.Close)
-	if _, err := w.pool.Exec(context.Background(), `
-		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret, created_by, created_at, updated_at)
-		VALUES ('we_crash', $1, $2, '{*}', $3, 'test', now(), now())`, w.tenant, rcv.URL, secret); err != nil {
-		t.Fatal(err)
-	}
+	received := signedReceiver(t, w, "we_crash", "whsec_crash", nil)
 
 	first := startServe(t, w.env(map[string]string{"PAYORCH_WEBHOOK_INTERVAL": "0"}))
 	for _, key := range []string{"wh-1", "wh-2", "wh-3"} {
@@ -52,19 +35,14 @@ func TestWebhooksSurviveACrashBeforeTheSend(t *testing.T) {
 	}
 	_, _ = first.cmd.Process.Wait()
 	events := w.count(t, `SELECT count(*) FROM events`)
-	mu.Lock()
-	sent := len(got)
-	mu.Unlock()
-	if events != 6 || sent != 0 {
+	if sent := len(received()); events != 6 || sent != 0 {
 		t.Fatalf("before the restart: %d events, %d delivered", events, sent)
 	}
 
 	startServe(t, w.env(map[string]string{"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true", "PAYORCH_WEBHOOK_INTERVAL": "100ms"}))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
+		n := len(received())
 		// Received, and recorded as delivered (the worker commits after
 		// the receiver answered).
 		if n == events && w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) == events {
@@ -74,5 +52,115 @@ func TestWebhooksSurviveACrashBeforeTheSend(t *testing.T) {
 			t.Fatalf("%d of %d events delivered after the restart", n, events)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWebhooksSurviveACrashMidSend: an instance's delivery worker is
+// sending (the receiver holds the requests open, so the worker's
+// transaction and its row locks are open too) when the instance dies by
+// SIGKILL. Its transaction rolls back with its connection, so another
+// instance, started after, sends every event again and records each one
+// delivered: the events in flight at the crash arrive twice (at least
+// once, as the contract says; the event id is the receiver's dedupe key),
+// and none is lost.
+func TestWebhooksSurviveACrashMidSend(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, pgtest.URL(t))
+	hold := make(chan struct{}) // closed: answer at once
+	inFlight := make(chan struct{}, 64)
+	received := signedReceiver(t, w, "we_midsend", "whsec_midsend", func() {
+		select {
+		case inFlight <- struct{}{}:
+		default:
+		}
+		<-hold
+	})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // runs before the receiver closes
+	env := w.env(map[string]string{"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true", "PAYORCH_WEBHOOK_INTERVAL": "50ms"})
+	first := startServe(t, env)
+	for _, key := range []string{"mid-1", "mid-2", "mid-3"} {
+		if a := authorize(first.base, w.key, key, `{"amount_minor":500,"currency":"EUR"}`); a.status != 201 {
+			t.Fatalf("authorize %s: %d %s", key, a.status, a.body)
+		}
+	}
+	select {
+	case <-inFlight:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery was sent")
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = first.cmd.Process.Wait()
+	events := w.count(t, `SELECT count(*) FROM events`)
+	before := len(received())
+	if events != 6 || before == 0 {
+		t.Fatalf("at the crash: %d events, %d received", events, before)
+	}
+	// The dead worker's transaction is rolled back once its backend sees
+	// the connection gone: nothing of the pass is recorded.
+	if n := w.count(t, `SELECT count(*) FROM webhook_delivery_attempts`); n != 0 {
+		t.Fatalf("%d attempts recorded by the dead instance", n)
+	}
+
+	release()
+	startServe(t, env)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := len(received())
+		if n == events && w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) == events {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events delivered after the restart", n, events)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	twice := 0
+	for id, n := range received() {
+		switch {
+		case n == 2:
+			twice++
+		case n != 1:
+			t.Fatalf("event %s received %d times", id, n)
+		}
+	}
+	if twice != before {
+		t.Fatalf("%d events received twice, want the %d in flight at the crash", twice, before)
+	}
+}
+
+// signedReceiver is a webhook endpoint of w's tenant (id, secret) on
+// loopback that counts the events it receives with a valid signature, by
+// event id, calling then (when set) after counting each; received reads
+// the counts.
+func signedReceiver(t *testing.T, w *world, id, secret string, then func()) (received func() map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]int{}
+	rcv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if webhooksig.Verify(r.Header.Get(webhooksig.Header), body, secret, 0, time.Now()) != nil {
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got[r.Header.Get(webhooksig.EventIDHeader)]++
+		mu.Unlock()
+		if then != nil {
+			then()
+		}
+	}))
+	t.Cleanup(rcv.Close)
+	if _, err := w.pool.Exec(context.Background(), `
+		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, secret, created_by, created_at, updated_at)
+		VALUES ($4, $1, $2, '{*}', $3, 'test', now(), now())`, w.tenant, rcv.URL, secret, id); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(got)
 	}
 }

@@ -357,9 +357,25 @@ func startDurable() error {
 // or not as that server is configured.
 func DurableURL(t testing.TB) string {
 	t.Helper()
+	return durableDatabase(t, true)
+}
+
+// DurableEmptyURL is DurableURL for a database with no schema at all: for
+// another service measured on the same durable cluster (the benchmarks'
+// reference peer).
+func DurableEmptyURL(t testing.TB) string {
+	t.Helper()
+	return durableDatabase(t, false)
+}
+
+// durableDatabase creates a database on the durable cluster (a clone of
+// its migrated template, or empty when migrated is false) and returns its
+// URL.
+func durableDatabase(t testing.TB, migrated bool) string {
+	t.Helper()
 	ensure(t)
 	if cluster == nil { // an external server
-		return URL(t)
+		return newDatabase(t, migrated)
 	}
 	durableOnce.Do(func() { durableErr = startDurable() })
 	if durableErr != nil {
@@ -370,6 +386,10 @@ func DurableURL(t testing.TB) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := prefix + "_d" + hex.EncodeToString(b)
+	src := "template0"
+	if migrated {
+		src = template
+	}
 	u := *durableBase
 	admin, err := pgx.Connect(ctx, u.String())
 	if err != nil {
@@ -377,7 +397,7 @@ func DurableURL(t testing.TB) string {
 	}
 	defer admin.Close(ctx)
 	createMu.Lock()
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{src}.Sanitize())
 	createMu.Unlock()
 	if err != nil {
 		t.Fatalf("pgtest: create database: %v", err)

@@ -33,6 +33,8 @@ type Client struct {
 	base  string
 	hc    *http.Client
 	token string
+	// webhookSecret verifies the server's webhooks (webhook.go).
+	webhookSecret string
 }
 
 var _ providers.Provider = (*Client)(nil)
@@ -153,6 +155,20 @@ func (c *Client) Cancel(ctx context.Context, req providers.CancelRequest) (provi
 	}
 	var v holdJSON
 	if err := c.call(ctx, OpCancel, http.MethodPost, holdPath(req.Ref, "/cancel"), req.Key, cancelParams{}, &v); err != nil {
+		return providers.Hold{}, err
+	}
+	return v.hold(), nil
+}
+
+// ExtendHold gives an authorized hold a new deadline (a full hold lifetime
+// from now) with POST /v1/holds/{ref}/extend. Refusals are KindRejected:
+// resource_missing, state_conflict, hold_expired.
+func (c *Client) ExtendHold(ctx context.Context, req providers.ExtendRequest) (providers.Hold, error) {
+	if err := needRef(OpExtend, req.Ref); err != nil {
+		return providers.Hold{}, err
+	}
+	var v holdJSON
+	if err := c.call(ctx, OpExtend, http.MethodPost, holdPath(req.Ref, "/extend"), req.Key, extendParams{}, &v); err != nil {
 		return providers.Hold{}, err
 	}
 	return v.hold(), nil

@@ -98,3 +98,33 @@ func (c *Client) Seed(ctx context.Context, holds iter.Seq[SeedHold]) (int, error
 	}
 	return out.Seeded, nil
 }
+
+// InjectWebhookFault arms f on the webhooks the server sends. An invalid
+// f, or a server sending none, is a KindRejected invalid_request error.
+func (c *Client) InjectWebhookFault(ctx context.Context, f WebhookFault) error {
+	return c.call(ctx, opAdmin, http.MethodPost, "/_admin/webhooks/faults", "", f, nil)
+}
+
+// ClearWebhookFaults disarms every webhook fault on the server.
+func (c *Client) ClearWebhookFaults(ctx context.Context) error {
+	return c.call(ctx, opAdmin, http.MethodDelete, "/_admin/webhooks/faults", "", nil, nil)
+}
+
+// WebhookDeliveries lists what happened to the webhooks the server sent.
+func (c *Client) WebhookDeliveries(ctx context.Context) ([]WebhookDelivery, error) {
+	var out deliveryList
+	if err := c.call(ctx, opAdmin, http.MethodGet, "/_admin/webhooks", "", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Data, nil
+}
+
+// OpenDispute simulates a dispute of a captured hold and returns the
+// dispute.created event the server sends.
+func (c *Client) OpenDispute(ctx context.Context, d Dispute) (Event, error) {
+	var ev Event
+	if err := c.call(ctx, opAdmin, http.MethodPost, "/_admin/disputes", "", d, &ev); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -12,6 +14,9 @@ import (
 const (
 	DefaultHoldLifetime = 7 * 24 * time.Hour
 	DefaultTimeoutHang  = 30 * time.Second
+	// DefaultExpiryCheck is how often a server that sends webhooks looks
+	// for holds that lapsed (Config.ExpiryCheck).
+	DefaultExpiryCheck = time.Second
 )
 
 // maxBodyBytes bounds every request body except seeding.
@@ -48,6 +53,22 @@ type Config struct {
 	// random one is generated (NewToken), read it back with Server.Token
 	// or Running.Token; Running.Client sends it.
 	Token string
+	// WebhookURL, when set, is where the server POSTs its webhooks
+	// (webhooksend.go): hold authorized, captured (or capture failed),
+	// canceled, expired, refund succeeded (or failed), dispute created.
+	// They are sent from a queue of their own, never while an API request
+	// waits. Empty (the default): none are sent.
+	WebhookURL string
+	// WebhookSecret signs every webhook (SignatureHeader); required with
+	// WebhookURL.
+	WebhookSecret string
+	// ExpiryCheck is how often a server with a WebhookURL looks for holds
+	// whose capture_before passed (by Clock) to send hold.expired.
+	// Default DefaultExpiryCheck.
+	ExpiryCheck time.Duration
+	// WebhookClient sends the webhooks; default an http.Client with a 10 s
+	// timeout.
+	WebhookClient *http.Client
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -67,6 +88,12 @@ func (c Config) withDefaults() Config {
 	if c.Token == "" {
 		c.Token = NewToken()
 	}
+	if c.ExpiryCheck == 0 {
+		c.ExpiryCheck = DefaultExpiryCheck
+	}
+	if c.WebhookClient == nil {
+		c.WebhookClient = &http.Client{Timeout: 10 * time.Second}
+	}
 	return c
 }
 
@@ -80,6 +107,17 @@ func (c Config) validate() error {
 	}
 	if strings.ContainsAny(c.Token, " \t\r\n") {
 		return errors.New("fake: Config.Token must not contain white space")
+	}
+	if c.WebhookURL != "" {
+		if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("fake: Config.WebhookURL %q is not an http(s) URL", c.WebhookURL)
+		}
+		if c.WebhookSecret == "" {
+			return errors.New("fake: Config.WebhookSecret is required with Config.WebhookURL")
+		}
+	}
+	if c.ExpiryCheck < 0 {
+		return fmt.Errorf("fake: Config.ExpiryCheck must not be negative, got %s", c.ExpiryCheck)
 	}
 	return nil
 }

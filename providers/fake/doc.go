@@ -25,6 +25,11 @@
 //	POST   /_admin/report/drift       alter the report output (Drift)
 //	DELETE /_admin/report/drift       clear every drift
 //	POST   /_admin/holds              seed holds (JSON lines of SeedHold)
+//	GET    /_admin/webhooks           what happened to the webhooks sent (WebhookDelivery)
+//	GET    /_admin/webhooks/faults    armed webhook faults
+//	POST   /_admin/webhooks/faults    arm a WebhookFault (drop, duplicate, delay, reorder)
+//	DELETE /_admin/webhooks/faults    disarm every webhook fault
+//	POST   /_admin/disputes           simulate a dispute of a captured hold (Dispute)
 //
 // Every POST under /v1 requires an Idempotency-Key header (1 to 255
 // printable ASCII characters). Keys are scoped per endpoint (route pattern)
@@ -61,6 +66,21 @@
 // a missing file is an empty state, an unreadable or invalid one makes
 // Start fail. Armed faults and idempotency keys still executing are not
 // kept.
+//
+// # Webhooks
+//
+// With Config.WebhookURL (and Config.WebhookSecret) set, the server POSTs
+// an Event for every hold authorized (hold.authorized), captured
+// (hold.captured, or capture.failed when an executed capture was
+// refused), canceled (hold.canceled), lapsed (hold.expired, found every
+// Config.ExpiryCheck by Config.Clock), refunded (refund.succeeded, or
+// refund.failed) and disputed (dispute.created, POST /_admin/disputes).
+// Each is signed like Stripe's webhooks, in the Fake-Signature header:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>". Events
+// caused by a request carry its idempotency_key. They are sent from a
+// queue by a goroutine of their own, never while an API request waits,
+// and a delivery that fails is tried again up to 5 times. Webhook faults
+// drop, duplicate, delay or reorder them.
 //
 // # Errors
 //

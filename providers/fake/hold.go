@@ -48,6 +48,9 @@ type hold struct {
 	captureBefore time.Time
 	// touched holds the creation and every change, for the report.
 	touched []time.Time
+	// expiryNotified: the hold.expired webhook of its lapse was sent
+	// (webhooksend.go).
+	expiryNotified bool
 }
 
 // lapsed reports whether the hold is authorized but past capture_before at
@@ -318,6 +321,39 @@ func (s *Server) cancel(now time.Time, ref string) outcome {
 		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold can be canceled; this one is %s", h.view(now).Status))
 	}
 	h.status = providers.StatusCanceled
+	h.touch(now)
+	op.AmountMinor, op.Outcome = h.amount, OutcomeSucceeded
+	return outcome{status: http.StatusOK, body: h.view(now), op: op}
+}
+
+// extendParams is the (empty) body of POST /v1/holds/{ref}/extend.
+type extendParams struct{}
+
+func (p *extendParams) validate() *apiError { return nil }
+
+func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
+	var p extendParams
+	ref := r.PathValue("ref")
+	s.serveWrite(w, r, OpExtend, &p, func(now time.Time) outcome { return s.extend(now, ref) })
+}
+
+// extend gives an authorized hold that has not lapsed a new deadline: a
+// full HoldLifetime from now (a card network's re-authorization). Called
+// with s.mu held.
+func (s *Server) extend(now time.Time, ref string) outcome {
+	h := s.holds[ref]
+	op := Operation{Ref: ref}
+	if h == nil {
+		return refused(op, notFound("hold", ref))
+	}
+	op.PaymentID = h.metadata[metaPaymentID]
+	if h.lapsed(now) {
+		return refused(op, rejected(providers.CodeHoldExpired, "the hold expired at %s and can no longer be extended", h.captureBefore.Format(time.RFC3339)))
+	}
+	if h.status != providers.StatusAuthorized {
+		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold can be extended; this one is %s", h.status))
+	}
+	h.captureBefore = now.Add(s.cfg.HoldLifetime)
 	h.touch(now)
 	op.AmountMinor, op.Outcome = h.amount, OutcomeSucceeded
 	return outcome{status: http.StatusOK, body: h.view(now), op: op}

@@ -167,6 +167,7 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 		rec.Seq = int64(len(s.ops) + 1)
 		s.ops = append(s.ops, rec)
 	}
+	s.emitForLocked(op, key, rec)
 	status, body := entry.status, entry.body
 	s.persistLocked()
 	s.mu.Unlock()

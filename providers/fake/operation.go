@@ -19,14 +19,16 @@ const (
 	OpCapture   Op = "capture"
 	OpCancel    Op = "cancel"
 	OpRefund    Op = "refund"
-	OpLookup    Op = "lookup"
-	OpReport    Op = "report"
+	// OpExtend moves an authorized hold's deadline later (no money moves).
+	OpExtend Op = "extend"
+	OpLookup Op = "lookup"
+	OpReport Op = "report"
 )
 
 // valid reports whether o is a known operation.
 func (o Op) valid() bool {
 	switch o {
-	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpLookup, OpReport:
+	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpExtend, OpLookup, OpReport:
 		return true
 	}
 	return false

@@ -28,6 +28,8 @@ type Server struct {
 	once      sync.Once
 
 	faults faultSet
+	// hooks sends webhooks; nil when Config.WebhookURL is empty.
+	hooks *webhookSender
 
 	// mu guards everything below.
 	mu      sync.Mutex
@@ -73,6 +75,7 @@ func newServer(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.startWebhooks()
 	return s, nil
 }
 
@@ -81,6 +84,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/holds/{ref}/confirm", s.handleConfirm)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/capture", s.handleCapture)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/cancel", s.handleCancel)
+	s.mux.HandleFunc("POST /v1/holds/{ref}/extend", s.handleExtend)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/refunds", s.handleRefund)
 	s.mux.HandleFunc("GET /v1/holds/{ref}", s.handleLookup)
 	s.mux.HandleFunc("GET /v1/report", s.handleReport)
@@ -95,6 +99,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /_admin/report/drift", s.handleDrift)
 	s.mux.HandleFunc("DELETE /_admin/report/drift", s.handleClearDrift)
 	s.mux.HandleFunc("POST /_admin/holds", s.handleSeed)
+	s.mux.HandleFunc("GET /_admin/webhooks", s.handleWebhookDeliveries)
+	s.mux.HandleFunc("GET /_admin/webhooks/faults", s.handleListWebhookFaults)
+	s.mux.HandleFunc("POST /_admin/webhooks/faults", s.handleInjectWebhookFault)
+	s.mux.HandleFunc("DELETE /_admin/webhooks/faults", s.handleClearWebhookFaults)
+	s.mux.HandleFunc("POST /_admin/disputes", s.handleDispute)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		e := invalid("", "unrecognized request URL (%s %s)", r.Method, r.URL.Path)
 		e.status = http.StatusNotFound

@@ -51,6 +51,8 @@ type holdState struct {
 	UpdatedAt     time.Time         `json:"updated_at"`
 	CaptureBefore time.Time         `json:"capture_before,omitzero"`
 	Touched       []time.Time       `json:"touched"`
+	// ExpiryNotified: its hold.expired webhook was sent.
+	ExpiryNotified bool `json:"expiry_notified,omitempty"`
 }
 
 // refundState is a refund as stored.
@@ -154,6 +156,7 @@ func (s *Server) snapshotLocked() *stateDoc {
 			Status: h.status, AmountMinor: h.amount, CapturedMinor: h.captured, RefundedMinor: h.refunded,
 			Currency: h.currency, DeclineCode: h.declineCode,
 			CreatedAt: h.created, UpdatedAt: h.updated, CaptureBefore: h.captureBefore, Touched: h.touched,
+			ExpiryNotified: h.expiryNotified,
 		})
 	}
 	for _, rf := range s.refunds {
@@ -237,6 +240,7 @@ func (s *Server) restore(b []byte) error {
 			status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
 			currency: hs.Currency, declineCode: hs.DeclineCode,
 			created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
+			expiryNotified: hs.ExpiryNotified,
 		}
 		s.holds[h.ref] = h
 		s.order = append(s.order, h)

@@ -50,6 +50,11 @@ type Config struct {
 	// HTTPClient, when set, carries every request as it is (its own Timeout
 	// applies; Timeout is ignored).
 	HTTPClient *http.Client
+	// WebhookSecret is the signing secret of the account's webhook endpoint
+	// pointing at payorch ("whsec_…", STRIPE_WEBHOOK_SECRET or
+	// PAYORCH_CONNECTOR_<NAME>_WEBHOOK_SECRET); empty: every webhook is
+	// refused (ParseWebhook).
+	WebhookSecret string
 }
 
 // withDefaults fills in the defaults, the one place they live.
@@ -112,6 +117,8 @@ type Client struct {
 	balance  balancetransaction.Client
 	events   event.Client
 	pageSize int64
+	// webhookSecret verifies webhooks (webhook.go).
+	webhookSecret string
 }
 
 var _ providers.Provider = (*Client)(nil)
@@ -144,6 +151,8 @@ func New(cfg Config) (*Client, error) {
 		balance:  balancetransaction.Client{B: backend, Key: cfg.SecretKey},
 		events:   event.Client{B: backend, Key: cfg.SecretKey},
 		pageSize: listPageSize,
+
+		webhookSecret: cfg.WebhookSecret,
 	}, nil
 }
 

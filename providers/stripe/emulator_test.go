@@ -105,7 +105,8 @@ func newEmulator(t *testing.T) *emulator {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/payment_intents", e.write(e.createIntent, "amount", "currency", "capture_method",
-		"payment_method", "payment_method_types[", "description", "metadata[", "expand["))
+		"payment_method", "payment_method_types[", "description", "metadata[", "expand[",
+		"payment_method_options[card][request_extended_authorization]"))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/confirm", e.write(e.confirmIntent, "error_on_requires_action", "expand["))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", e.write(e.captureIntent, "amount_to_capture", "expand["))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/cancel", e.write(e.cancelIntent, "cancellation_reason", "expand["))

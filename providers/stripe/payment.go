@@ -75,6 +75,14 @@ func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) 
 	if req.Description != "" {
 		p.Description = stripego.String(req.Description)
 	}
+	if req.ExtendedAuthorization {
+		p.PaymentMethodOptions = &stripego.PaymentIntentPaymentMethodOptionsParams{
+			Card: &stripego.PaymentIntentPaymentMethodOptionsCardParams{
+				RequestExtendedAuthorization: stripego.String(string(
+					stripego.PaymentIntentPaymentMethodOptionsCardRequestExtendedAuthorizationIfAvailable)),
+			},
+		}
+	}
 	if req.PaymentID != "" {
 		p.AddMetadata(metaPaymentID, req.PaymentID)
 	}
@@ -286,4 +294,18 @@ func unix(sec int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(sec, 0).UTC()
+}
+
+// ExtendHold: Stripe has no call that moves a hold's deadline. A hold
+// placed with request_extended_authorization already has the longest one
+// the card network grants, so its extension reads the PaymentIntent and
+// answers the capture_before Stripe gives (the merchant learns the true
+// deadline; nothing is sent that could change the hold). Any other hold
+// cannot be extended: not_supported.
+func (c *Client) ExtendHold(ctx context.Context, req providers.ExtendRequest) (providers.Hold, error) {
+	if !req.ExtendedAuthorization {
+		return providers.Hold{}, &providers.Error{Kind: providers.KindRejected, Code: providers.CodeNotSupported,
+			Message: "stripe: a hold is extended only when it was placed with request_extended_authorization"}
+	}
+	return c.Lookup(ctx, req.Ref)
 }

@@ -384,3 +384,38 @@ func TestWritesRefusedBeforeSending(t *testing.T) {
 		t.Errorf("%d requests reached Stripe, want none", n)
 	}
 }
+
+// A hold asked with request_extended_authorization sends it, and its
+// extension reads the PaymentIntent (Stripe has no extend call: nothing is
+// written); any other hold's extension is not_supported, sent nowhere.
+func TestExtendedAuthorization(t *testing.T) {
+	t.Parallel()
+	e := newEmulator(t)
+	c := e.client(t, 5*time.Second)
+	req := authReq(900)
+	req.ExtendedAuthorization = true
+	h, err := c.Authorize(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Authorize: %v", err)
+	}
+	if got := firstWrite(t, e, req.Key+":create").Form.Get("payment_method_options[card][request_extended_authorization]"); got != "if_available" {
+		t.Fatalf("request_extended_authorization = %q", got)
+	}
+	before := len(e.recorded(""))
+	ext, err := c.ExtendHold(t.Context(), providers.ExtendRequest{Key: fwdKey("extend"), Ref: h.Ref, ExtendedAuthorization: true})
+	if err != nil || ext.Ref != h.Ref || ext.Status != providers.StatusAuthorized {
+		t.Fatalf("ExtendHold: %+v %v", ext, err)
+	}
+	for _, r := range e.recorded("")[before:] {
+		if r.Method != http.MethodGet {
+			t.Fatalf("an extension sent %s %s", r.Method, r.Path)
+		}
+	}
+	plain := mustAuthorize(t, c, 800)
+	before = len(e.recorded(""))
+	_, err = c.ExtendHold(t.Context(), providers.ExtendRequest{Key: fwdKey("extend"), Ref: plain.Ref})
+	wantKind(t, err, providers.KindRejected, providers.CodeNotSupported)
+	if n := len(e.recorded("")) - before; n != 0 {
+		t.Fatalf("a refused extension sent %d requests", n)
+	}
+}

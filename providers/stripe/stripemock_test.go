@@ -54,6 +54,16 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 			_, err := c.Authorize(ctx, req)
 			return err
 		}},
+		{"AuthorizeExtended", func() error {
+			req := authReq(1234)
+			req.ExtendedAuthorization = true
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
+		{"ExtendExtended", func() error {
+			_, err := c.ExtendHold(ctx, providers.ExtendRequest{Key: fwdKey("extend"), Ref: ref, ExtendedAuthorization: true})
+			return err
+		}},
 		{"CaptureAll", func() error {
 			_, err := c.Capture(ctx, providers.CaptureRequest{Key: fwdKey("capture"), Ref: ref})
 			return err
