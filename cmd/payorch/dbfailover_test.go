@@ -69,7 +69,21 @@ func TestDatabaseFailover(t *testing.T) {
 		// until it is stable, with both nodes.
 		settled func() error
 	}{
-		{"PerformFailover", func() error { return f.PerformFailover(ctx) }, nil},
+		{"PerformFailover", func() error {
+			// PAYORCH_TEST_FREEZE_KEEPER=1: the old primary's keeper
+			// stalls through the failover (its PostgreSQL runs on past
+			// the standby's promotion and primary_demote_timeout).
+			if os.Getenv("PAYORCH_TEST_FREEZE_KEEPER") != "" {
+				p, err := f.Primary(ctx)
+				if err != nil {
+					return err
+				}
+				if err := f.FreezeKeeper(p, 45*time.Second); err != nil {
+					return err
+				}
+			}
+			return f.PerformFailover(ctx)
+		}, nil},
 		{"SIGKILLPrimaryPostmaster", func() error {
 			p, err := f.Primary(ctx)
 			if err != nil {
@@ -160,6 +174,7 @@ func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
 	var (
 		mu      sync.Mutex
 		samples strings.Builder
+		async   int // samples of a primary without synchronous replication
 		done    = make(chan struct{})
 		wg      sync.WaitGroup
 	)
@@ -173,7 +188,8 @@ func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			line := time.Now().UTC().Format("15:04:05.000")
-			if st, err := f.States(ctx); err == nil {
+			st, stErr := f.States(ctx)
+			if stErr == nil {
 				line += fmt.Sprintf(" monitor %v", st)
 			}
 			for _, n := range f.Nodes {
@@ -187,6 +203,16 @@ func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
 				err = conn.QueryRow(ctx, q).Scan(&rec, &sync, &ro, &lsn, &repl)
 				conn.Close(ctx)
 				line += fmt.Sprintf(" | %s recovery=%v sync=%q ro=%s lsn=%s repl=%s err=%v", n.Name, rec, sync, ro, lsn, repl, err)
+				// A node the monitor holds for a primary with a standby
+				// (state primary, reached) must commit synchronously.
+				for _, s := range st {
+					if err == nil && s.Name == n.Name && s.Reported == "primary" && s.Assigned == "primary" && !rec && sync == "" {
+						mu.Lock()
+						async++
+						mu.Unlock()
+						line += " ASYNC-PRIMARY"
+					}
+				}
 			}
 			cancel()
 			mu.Lock()
@@ -202,7 +228,12 @@ func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
 	return func() {
 		close(done)
 		wg.Wait()
-		if t.Failed() {
+		mu.Lock()
+		if async > 0 {
+			t.Errorf("%d samples show a node in state primary with synchronous_standby_names empty", async)
+		}
+		mu.Unlock()
+		if t.Failed() || os.Getenv("PAYORCH_TEST_KEEP_SAMPLES") != "" {
 			path := filepath.Join(os.TempDir(), fmt.Sprintf("payorch-dbfailover-%d.txt", time.Now().Unix()))
 			mu.Lock()
 			_ = os.WriteFile(path, []byte(samples.String()), 0o644)

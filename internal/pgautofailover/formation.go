@@ -449,3 +449,53 @@ func (f *Formation) Stop(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// FreezeKeeper stops (SIGSTOP) n's keeper, the `pg_autoctl: node active`
+// process that talks to the monitor and carries out its decisions, while
+// n's PostgreSQL keeps running, and resumes it (SIGCONT) after d: a keeper
+// too slow to follow the monitor, as on an overloaded machine.
+func (f *Formation) FreezeKeeper(n *Node, d time.Duration) error {
+	pids, err := groupProcs(n.cmd.Process.Pid, "node active")
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		return fmt.Errorf("pgautofailover: no node-active process for %s", n.Name)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return fmt.Errorf("pgautofailover: freeze %s: %w", n.Name, err)
+		}
+	}
+	time.AfterFunc(d, func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	return nil
+}
+
+// groupProcs lists the processes of process group pgid whose command line
+// contains title.
+func groupProcs(pgid int, title string) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("pgautofailover: %w", err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		g, err := syscall.Getpgid(pid)
+		if err != nil || g != pgid {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), title) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
