@@ -162,6 +162,15 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	}))
 	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	created := err == nil
+	if isNoRows(err) && c != nil {
+		// Not created: it exists, or the claim is gone.
+		if held, err := s.claimHeld(ctx, c); err != nil || !held {
+			if err != nil {
+				return Outcome{}, internalf("create payment: %w", err)
+			}
+			return Outcome{}, errClaimLost()
+		}
+	}
 	if isNoRows(err) {
 		rows, _ = s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": id})
 		p, err = pgx.CollectExactlyOneRow(rows, scanPaymentRow)
@@ -207,9 +216,14 @@ const createPaymentSQL = `
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 			currency, provider, payment_method, description, metadata, created_at, updated_at,
 			routing_version, route, attempt, on_expiry, extended_authorization)
-		VALUES (@tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
+		SELECT @tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
 			@currency, @provider, @payment_method, @description, @metadata, @now, @now,
-			@routing_version, @route, 1, @on_expiry, @extended_authorization)
+			@routing_version, @route, 1, @on_expiry, @extended_authorization
+		-- Only while the request's claim is there (its commit may not have
+		-- waited for its flush: claimOrReadSQL).
+		WHERE @claim_token::uuid IS NULL OR EXISTS (SELECT 1 FROM idempotency_keys k
+			WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
+				AND k.lock_token = @claim_token::uuid)
 		ON CONFLICT (tenant_id, id) DO NOTHING
 		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,

@@ -112,7 +112,11 @@ func TestIdempotencyKeyAfterLostConnection(t *testing.T) {
 		}
 
 		s := orchestrator.NewService(orchestrator.Config{Pool: pgtest.Pool(t, dbURL), Lease: time.Minute})
+		// A webhook endpoint's claim: a money request's commits without
+		// waiting (for the standby too: asyncClaim), so it could not be
+		// caught waiting.
 		req := idemReq(t, tenant.ID, "lost-claim", `{"a":1}`)
+		req.Operation = "POST /v1/webhook_endpoints"
 		done := make(chan error, 1)
 		go func() {
 			_, err := s.BeginIdempotent(ctx, req)

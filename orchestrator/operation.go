@@ -122,12 +122,19 @@ func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind
 	meta := opMeta[kind]
 	opID := operationID(meta.prefix, in.TenantID, meta.route, in.Key)
 	now := s.now()
-	st, err := readForOperation(ctx, tx, in.TenantID, in.PaymentID, opID)
+	st, err := readForOperation(ctx, tx, c, in.TenantID, in.PaymentID, opID)
 	if isNoRows(err) {
 		return Payment{}, operation{}, refusal{notFound(in.PaymentID)}
 	}
 	if err != nil {
 		return Payment{}, operation{}, err
+	}
+	if st.claimLost {
+		// Its commit did not wait for its flush (asyncClaim) and a crash
+		// took it: stop before anything is recorded or sent (a refusal
+		// only in that it ends the request with its own error; it is not
+		// final, nothing is stored).
+		return Payment{}, operation{}, refusal{errClaimLost()}
 	}
 	p := st.payment
 	if st.op != nil {
@@ -181,19 +188,25 @@ type operationRead struct {
 	// busy says a capture or cancel that did not fail holds it.
 	reserved int64
 	busy     bool
+	// claimLost: the request's claim is not there (claimHeldSQL).
+	claimLost bool
 }
 
 // readForOperation reads, in one round trip, payment paymentID locked
-// (lockPaymentSQL), the operation opID if it exists, and what the
-// payment's other operations hold (paymentOperationsSQL). Each statement
+// (lockPaymentSQL), the operation opID if it exists, what the payment's
+// other operations hold (paymentOperationsSQL), and, for a request (c not
+// nil), whether its claim is still there (claimHeldSQL). Each statement
 // of the batch runs after the one before and takes its own snapshot, so
 // the reads see everything committed before the lock was granted.
 // Errors: pgx.ErrNoRows when there is no such payment.
-func readForOperation(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID, opID string) (operationRead, error) {
+func readForOperation(ctx context.Context, tx pgx.Tx, c *Claim, tenantID int64, paymentID, opID string) (operationRead, error) {
 	b := &pgx.Batch{}
 	b.Queue(lockPaymentSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
 	b.Queue(selectOperationSQL, namedArgs{"tenant_id": tenantID, "operation_id": opID})
 	b.Queue(paymentOperationsSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	if c != nil {
+		b.Queue(claimHeldSQL, withClaim(c, namedArgs{}))
+	}
 	br := tx.SendBatch(ctx, b)
 	var r operationRead
 	rows, _ := br.Query()
@@ -206,6 +219,11 @@ func readForOperation(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID,
 		rows, _ = br.Query()
 		op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 		err = br.QueryRow().Scan(&r.reserved, &r.busy)
+	}
+	if err == nil && c != nil {
+		var held bool
+		err = br.QueryRow().Scan(&held)
+		r.claimLost = !held
 	}
 	if cerr := br.Close(); err == nil && !isNoRows(cerr) {
 		err = cerr

@@ -105,56 +105,89 @@ type faultPlan struct {
 	timeout   bool
 }
 
-// faultSet holds the armed faults.
-type faultSet struct {
+// armed holds armed faults of one kind (the API's, the webhooks'), in the
+// order they were armed, each with the calls it has left (-1: until
+// cleared).
+type armed[F any] struct {
 	mu    sync.Mutex
-	rules []*faultRule
+	rules []*armedRule[F]
 }
 
-// faultRule is an armed Fault and the calls it has left (-1: unlimited).
-type faultRule struct {
-	Fault
-	left int
+type armedRule[F any] struct {
+	fault F
+	left  int
 }
 
-// arm adds a validated fault.
-func (fs *faultSet) arm(f Fault) {
-	left := f.Count
+// arm adds a validated fault that fires count times (0: until cleared).
+func (a *armed[F]) arm(f F, count int) {
+	left := count
 	if left == 0 {
 		left = -1
 	}
-	fs.mu.Lock()
-	fs.rules = append(fs.rules, &faultRule{Fault: f, left: left})
-	fs.mu.Unlock()
+	a.mu.Lock()
+	a.rules = append(a.rules, &armedRule[F]{fault: f, left: left})
+	a.mu.Unlock()
 }
 
 // clear disarms every fault.
-func (fs *faultSet) clear() {
-	fs.mu.Lock()
-	fs.rules = nil
-	fs.mu.Unlock()
+func (a *armed[F]) clear() {
+	a.mu.Lock()
+	a.rules = nil
+	a.mu.Unlock()
 }
+
+// list returns the armed faults, each as counted makes it from the calls
+// it has left (0: unlimited).
+func (a *armed[F]) list(counted func(f F, left int) F) []F {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]F, 0, len(a.rules))
+	for _, r := range a.rules {
+		out = append(out, counted(r.fault, max(r.left, 0)))
+	}
+	return out
+}
+
+// take offers the armed faults, in order, to fire, which says whether one
+// fires and whether to offer the next; a fault that fires uses up one of
+// its calls, and goes when it has none left.
+func (a *armed[F]) take(fire func(f F) (fired, more bool)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kept := a.rules[:0]
+	more := true
+	for _, r := range a.rules {
+		fired := false
+		if more {
+			fired, more = fire(r.fault)
+		}
+		if fired && r.left > 0 {
+			r.left--
+			if r.left == 0 {
+				continue
+			}
+		}
+		kept = append(kept, r)
+	}
+	clear(a.rules[len(kept):])
+	a.rules = kept
+}
+
+// faultSet holds the armed faults of the API.
+type faultSet struct{ armed[Fault] }
+
+// arm adds a validated fault.
+func (fs *faultSet) arm(f Fault) { fs.armed.arm(f, f.Count) }
 
 // list returns the armed faults, Count being the calls left (0: unlimited).
 func (fs *faultSet) list() []Fault {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	out := make([]Fault, 0, len(fs.rules))
-	for _, r := range fs.rules {
-		f := r.Fault
-		f.Count = max(r.left, 0)
-		out = append(out, f)
-	}
-	return out
+	return fs.armed.list(func(f Fault, left int) Fault { f.Count = left; return f })
 }
 
 // take decides the faults of one call of op carrying key, using up counts.
 func (fs *faultSet) take(op Op, key string) faultPlan {
 	var p faultPlan
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	kept := fs.rules[:0]
-	for _, r := range fs.rules {
+	fs.armed.take(func(r Fault) (bool, bool) {
 		fire := r.Operation == op && (r.IdempotencyKey == "" || r.IdempotencyKey == key)
 		switch {
 		case !fire:
@@ -172,17 +205,9 @@ func (fs *faultSet) take(op Op, key string) faultPlan {
 			case FaultTimeoutAfterExecute:
 				p.timeout = true
 			}
-			if r.left > 0 {
-				r.left--
-				if r.left == 0 {
-					continue
-				}
-			}
 		}
-		kept = append(kept, r)
-	}
-	clear(fs.rules[len(kept):])
-	fs.rules = kept
+		return fire, true
+	})
 	if p.errStatus != 0 {
 		p.timeout = false
 	}

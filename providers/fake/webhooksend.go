@@ -83,62 +83,25 @@ func (f *WebhookFault) validate() *apiError {
 }
 
 // webhookFaultSet holds the armed webhook faults.
-type webhookFaultSet struct {
-	mu    sync.Mutex
-	rules []*webhookFaultRule
-}
+type webhookFaultSet struct{ armed[WebhookFault] }
 
-type webhookFaultRule struct {
-	WebhookFault
-	left int // -1: until cleared
-}
-
-func (fs *webhookFaultSet) arm(f WebhookFault) {
-	left := f.Count
-	if left == 0 {
-		left = -1
-	}
-	fs.mu.Lock()
-	fs.rules = append(fs.rules, &webhookFaultRule{WebhookFault: f, left: left})
-	fs.mu.Unlock()
-}
-
-func (fs *webhookFaultSet) clear() {
-	fs.mu.Lock()
-	fs.rules = nil
-	fs.mu.Unlock()
-}
+func (fs *webhookFaultSet) arm(f WebhookFault) { fs.armed.arm(f, f.Count) }
 
 func (fs *webhookFaultSet) list() []WebhookFault {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	out := make([]WebhookFault, 0, len(fs.rules))
-	for _, r := range fs.rules {
-		f := r.WebhookFault
-		f.Count = max(r.left, 0)
-		out = append(out, f)
-	}
-	return out
+	return fs.armed.list(func(f WebhookFault, left int) WebhookFault { f.Count = left; return f })
 }
 
 // take returns the first armed fault matching an event of type typ, using
 // up its count; ok is false when none matches.
-func (fs *webhookFaultSet) take(typ string) (WebhookFault, bool) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	for i, r := range fs.rules {
+func (fs *webhookFaultSet) take(typ string) (f WebhookFault, ok bool) {
+	fs.armed.take(func(r WebhookFault) (bool, bool) {
 		if r.Type != "" && r.Type != typ {
-			continue
+			return false, true
 		}
-		if r.left > 0 {
-			r.left--
-			if r.left == 0 {
-				fs.rules = append(fs.rules[:i], fs.rules[i+1:]...)
-			}
-		}
-		return r.WebhookFault, true
-	}
-	return WebhookFault{}, false
+		f, ok = r, true
+		return true, false
+	})
+	return f, ok
 }
 
 // WebhookDelivery is one thing that happened to an event the server

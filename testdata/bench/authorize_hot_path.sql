@@ -31,8 +31,10 @@
 WITH ins AS (
 	INSERT INTO idempotency_keys (tenant_id, scope, operation, key, request_hash, field_hashes,
 		status, lock_token, locked_until, created_at, updated_at, expires_at)
-	VALUES ((:tenant_id), (''), ('POST /v1/payments'), (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea), ('{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb),
-		'in_progress', (md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid), (now() + interval '60 seconds'), (now()), (now()), (now() + interval '24 hours'))
+	SELECT (:tenant_id), (''), ('POST /v1/payments'), (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea), ('{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb),
+		'in_progress', (md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid), (now() + interval '60 seconds'), (now()), (now()), (now() + interval '24 hours')
+	WHERE (SELECT set_config('synchronous_commit',
+		coalesce(('off')::text, current_setting('synchronous_commit')), true)) IS NOT NULL
 	ON CONFLICT (tenant_id, operation, key, scope) DO NOTHING
 	RETURNING expires_at
 )
@@ -53,9 +55,14 @@ WITH p AS (
 	INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 		currency, provider, payment_method, description, metadata, created_at, updated_at,
 		routing_version, route, attempt, on_expiry, extended_authorization)
-	VALUES ((:tenant_id), ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea), ('{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb), 'pending', (1000),
+	SELECT (:tenant_id), ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea), ('{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb), 'pending', (1000),
 		('EUR'), ('fake'), ('pm_card_visa'), (''), ('{}'::jsonb), (now()), (now()),
-		(NULL::integer), (ARRAY['fake']), 1, ('none'), (false))
+		(NULL::integer), (ARRAY['fake']), 1, ('none'), (false)
+	-- Only while the request's claim is there (its commit may not have
+	-- waited for its flush: claimOrReadSQL).
+	WHERE (md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid)::uuid IS NULL OR EXISTS (SELECT 1 FROM idempotency_keys k
+		WHERE k.tenant_id = (:tenant_id) AND k.operation = ('POST /v1/payments') AND k.key = (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))
+			AND k.lock_token = (md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid)::uuid)
 	ON CONFLICT (tenant_id, id) DO NOTHING
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
