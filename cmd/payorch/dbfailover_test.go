@@ -22,14 +22,16 @@ import (
 )
 
 // TestDatabaseFailover runs two `payorch serve` processes on a real
-// pg_auto_failover formation (monitor, primary, one synchronous standby)
-// whose DATABASE_URL names both nodes with target_session_attrs=read-write,
+// pg_auto_failover formation (monitor, primary, two standbys,
+// number_sync_standbys 1: every commit acknowledged is on a standby, and
+// the election promotes the most advanced one) whose DATABASE_URL names
+// every node with target_session_attrs=read-write,
 // under a load of new authorizations (some declined), captures and replays,
 // through (a) `pg_autoctl perform failover`, (b) a SIGKILL of the
 // primary's postmaster (its keeper restarts it, or the monitor fails over,
 // whichever comes first) and (c) the loss of the
-// primary's node, keeper and PostgreSQL (the monitor promotes the
-// standby). Neither server is restarted. Afterwards every
+// primary's node, keeper and PostgreSQL (the monitor promotes a
+// standby, which keeps the other as its synchronous standby). Neither server is restarted. Afterwards every
 // answer a client got (201, 402, 200) is still there, replayed
 // byte-identically by both instances, its payment in the state the client
 // saw or a legal successor; every key made at most one provider hold
@@ -54,6 +56,10 @@ func TestDatabaseFailover(t *testing.T) {
 		"PAYORCH_RESOLVER_INTERVAL": "1s",
 		"PAYORCH_RESOLVER_MIN_AGE":  "2s",
 		"PAYORCH_DB_MAX_CONNS":      "8",
+		// No answer is stored unless a standby has it: not even when
+		// pg_auto_failover lets the old primary replicate asynchronously
+		// during a failover (migration 00016).
+		"PAYORCH_REQUIRE_SYNC_STANDBY": "true",
 	})
 	servers := []*server{startServe(t, env), startServe(t, env)}
 	stopWatch := watchFormation(t, f)
@@ -243,21 +249,22 @@ func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
 	}
 }
 
-// settle waits until the formation is stable, both nodes in their
-// assigned states, and still is 3 and 6 s later: a crashed primary's keeper may
-// restart it, or the monitor may fail over to the standby, and the monitor
+// settle waits until the formation is stable, every node in its
+// assigned state, and still is 3 and 6 s later: a crashed primary's keeper may
+// restart it, or the monitor may fail over to a standby, and the monitor
 // decides within its keepers' next reports.
 func settle(ctx context.Context, f *pgautofailover.Formation) error {
 	for range 2 {
-		if err := f.WaitStable(ctx, 90*time.Second, 2); err != nil {
+		if err := f.WaitStable(ctx, 90*time.Second, len(f.Nodes)); err != nil {
 			return err
 		}
 		time.Sleep(3 * time.Second)
 	}
-	return f.WaitStable(ctx, 90*time.Second, 2)
+	return f.WaitStable(ctx, 90*time.Second, len(f.Nodes))
 }
 
-// startFormation starts a monitor, a primary and a standby with a payorch
+// startFormation starts a monitor, a primary and two synchronous standbys
+// (number_sync_standbys 1) with a payorch
 // database, stopped and removed when t ends.
 func startFormation(t *testing.T) *pgautofailover.Formation {
 	t.Helper()
@@ -270,7 +277,7 @@ func startFormation(t *testing.T) *pgautofailover.Formation {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	f, err := pgautofailover.Start(ctx, pgautofailover.Config{Dir: dir, DBName: "payorch"})
+	f, err := pgautofailover.Start(ctx, pgautofailover.Config{Dir: dir, DBName: "payorch", Nodes: 3, NumberSyncStandbys: 1})
 	if err != nil {
 		logsOf(t, dir)
 		os.RemoveAll(dir)

@@ -145,6 +145,10 @@ func openNamedPool(ctx context.Context, cfg config, url string, maxConns int, na
 	if cfg.DatabasePooler == poolerTransaction && url == cfg.DatabaseURL {
 		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
+	if cfg.RequireSyncStandby {
+		// Migration 00016's trigger reads it when an answer is stored.
+		pc.ConnConfig.RuntimeParams["payorch.require_sync_standby"] = "on"
+	}
 	if tel != nil {
 		tel.traceDatabase(pc)
 	}

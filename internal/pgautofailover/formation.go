@@ -45,6 +45,13 @@ type Config struct {
 	// DBName is the database pg_autoctl creates on the primary; default
 	// postgres.
 	DBName string
+	// NumberSyncStandbys, when set, is the formation's
+	// number_sync_standbys, set once every node is up: how many standbys
+	// must have a commit before the primary acknowledges it. With two or
+	// more standbys the monitor then names them all in the primary's
+	// synchronous_standby_names (ANY n (…)) whatever their state, and
+	// promotes only after the election finds the most advanced of them.
+	NumberSyncStandbys int
 	// StartTimeout bounds the wait for each node to reach its state;
 	// default 2 minutes.
 	StartTimeout time.Duration
@@ -147,7 +154,63 @@ func Start(ctx context.Context, cfg Config) (*Formation, error) {
 			}
 		}
 	}
+	if cfg.NumberSyncStandbys > 0 {
+		// What `pg_autoctl set formation number-sync-standbys` runs; the
+		// command itself (2.0) reads a stale errno and refuses any value.
+		if _, err := f.query(ctx, f.monitor, "pg_auto_failover",
+			fmt.Sprintf(`SELECT pgautofailover.set_formation_number_sync_standbys('default', %d)::text`, cfg.NumberSyncStandbys)); err != nil {
+			_ = f.Stop(context.Background())
+			return nil, fmt.Errorf("pgautofailover: number_sync_standbys: %w", err)
+		}
+		// The primary applies the new synchronous_standby_names
+		// (apply_settings) and returns to primary.
+		if err := f.waitSyncNames(ctx); err != nil {
+			_ = f.Stop(context.Background())
+			return nil, err
+		}
+		if err := f.WaitStable(ctx, cfg.StartTimeout, cfg.Nodes); err != nil {
+			_ = f.Stop(context.Background())
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+// waitSyncNames waits up to the start timeout until the primary's
+// synchronous_standby_names is what the monitor computes for it.
+func (f *Formation) waitSyncNames(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.StartTimeout)
+	defer cancel()
+	var want, have string
+	for {
+		p, err := f.Primary(ctx)
+		if err == nil {
+			want, err = f.query(ctx, f.monitor, "pg_auto_failover", `SELECT pgautofailover.synchronous_standby_names('default', 0)`)
+		}
+		if err == nil {
+			have, err = f.query(ctx, p, "postgres", `SELECT current_setting('synchronous_standby_names')`)
+		}
+		if err == nil && want != "" && have == want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgautofailover: the primary's synchronous_standby_names is %q, the monitor's %q (%v)", have, want, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// query runs a one-value query on database dbname of n.
+func (f *Formation) query(ctx context.Context, n *Node, dbname, sql string) (string, error) {
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=2", n.Port, dbname))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var v string
+	err = conn.QueryRow(ctx, sql).Scan(&v)
+	return v, err
 }
 
 // checkpoint runs CHECKPOINT on n.
