@@ -135,11 +135,22 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 
 	stored := claim.Completed() // stored with the outcome's own write
 	if stored == nil && res.final != nil {
-		if err := s.svc.CompleteIdempotent(xctx, claim, res.paymentID, *res.final); err != nil {
-			if !errors.Is(err, orchestrator.ErrLeaseLost) {
+		err := s.svc.CompleteIdempotent(xctx, claim, res.paymentID, *res.final)
+		switch {
+		case errors.Is(err, orchestrator.ErrLeaseLost):
+			// Another request took the key over: answer what it stored
+			// (or 409 until it has), never this execution's result,
+			// which no replay would give.
+			s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with the key's stored answer")
+			theirs, err := s.svc.AnswerAfterLeaseLost(xctx, claim)
+			if err != nil {
 				return err
 			}
-			s.logger.WarnContext(ctx, "idempotency lease lost before completion; answering with this execution's result")
+			execResult = "stored"
+			c.Response().Header().Set(headerIdempotentReplayed, "true")
+			return s.sendStored(c, theirs)
+		case err != nil:
+			return err
 		}
 		stored = res.final
 	}

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -165,5 +166,83 @@ func TestKilledBackendsDoNotLockTheKey(t *testing.T) {
 	}
 	if ops := e.providerOps(t, tenant.ID, orchestrator.OpAuthorize, key); len(ops) != 1 {
 		t.Fatalf("%d provider authorizations, want 1", len(ops))
+	}
+}
+
+// TestLeaseLostAnswersOnlyWhatIsStored: an authorization outlives its
+// lease (the provider answers after 3 s, the lease is 1 s, as when the
+// database stalls through a failover), a retry takes the key over
+// meanwhile, and the payment is captured before the key holds an answer.
+// Every 2xx answer any of these requests got must be the bytes the key
+// replays in the end: a request whose lease was lost answers what the key
+// stores, or 409 while it stores nothing, never its own result.
+func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	e := newEnv(t, httpapi.Config{}, dbURL, orchestrator.Config{Lease: time.Second})
+	tenant, _, merchant, err := e.svc.CreateTenant(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "lease-lost"
+	body := `{"amount_minor":1500,"currency":"EUR"}`
+	if err := e.fake.InjectFault(ctx, fake.Fault{Operation: fake.OpAuthorize, Kind: fake.FaultLatency, LatencyMS: 3000, Count: 1,
+		IdempotencyKey: providers.ForwardedKey(tenant.ID, orchestrator.OpAuthorize, key)}); err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		status int
+		body   []byte
+	}
+	send := func() got {
+		res, b := e.post(t, "/v1/payments", merchant, key, body)
+		return got{res.StatusCode, b}
+	}
+	var first got
+	var wg sync.WaitGroup
+	wg.Go(func() { first = send() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		faults, err := e.fake.Faults(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(faults) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the authorization never reached the provider")
+		}
+	}
+	time.Sleep(1300 * time.Millisecond) // the first request's lease has run out
+	answers := []got{send()}            // takes the key over
+	wg.Wait()
+	answers = append(answers, first)
+	var id string
+	if err := e.pool.QueryRow(ctx, `SELECT id FROM payments WHERE tenant_id = $1 AND idempotency_key = $2`, tenant.ID, key).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if res, b := e.post(t, "/v1/payments/"+id+"/capture", merchant, "lease-lost-capture", `{}`); res.StatusCode != 200 {
+		t.Fatalf("capture: %d %s", res.StatusCode, b)
+	}
+	var final got
+	for range 20 { // until the key holds an answer (a 409 while another request holds it)
+		if final = send(); final.status != http.StatusConflict {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	answers = append(answers, final)
+	replay := send()
+	if replay.status >= 300 {
+		t.Fatalf("final replay: %d %s", replay.status, replay.body)
+	}
+	for i, a := range answers {
+		if a.status < 300 && (a.status != replay.status || !bytes.Equal(a.body, replay.body)) {
+			t.Errorf("answer %d was %d %s, but the key replays %d %s", i, a.status, a.body, replay.status, replay.body)
+		}
+	}
+	if ops, err := e.fake.Operations(ctx, providers.ForwardedKey(tenant.ID, orchestrator.OpAuthorize, key)); err != nil || len(ops) != 1 {
+		t.Fatalf("%d provider authorizations (%v), want 1", len(ops), err)
 	}
 }

@@ -24,6 +24,9 @@ func problemFor(err error) (*orchestrator.Error, bool) {
 	if errors.As(err, &appErr) {
 		return appErr, appErr.Code == orchestrator.CodeInternal
 	}
+	if e := orchestrator.AsUnavailable(err); e != nil {
+		return e, false
+	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		e := &orchestrator.Error{Err: err}

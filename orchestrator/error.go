@@ -135,7 +135,13 @@ func ErrorCode(err error) Code {
 	return CodeInternal
 }
 
-// internalf wraps an unexpected failure: the client sees only "internal".
+// internalf wraps an unexpected failure: the client sees only "internal",
+// unless the database refused to store an answer it could lose
+// (AsUnavailable: a 503 to retry).
 func internalf(format string, args ...any) *Error {
-	return &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	if e := AsUnavailable(err); e != nil {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: "internal error", Err: err}
 }

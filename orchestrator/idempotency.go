@@ -413,9 +413,39 @@ func reusedError(stored, presented map[string]string) *Error {
 }
 
 // ErrLeaseLost is returned by CompleteIdempotent when another request took
-// the key over meanwhile; the effects are idempotent, so the response
-// computed is still right, but it is not the stored one.
+// the key over meanwhile (its lease ran out, as when the database stalled
+// through a failover). The response computed is not the stored one, and
+// may differ from it (the payment may have moved on before the other
+// request stores its answer), so it must not be sent: AnswerAfterLeaseLost
+// says what to answer instead.
 var ErrLeaseLost = errors.New("idempotency lease lost to another request")
+
+// storedAnswerSQL reads a key's stored answer, if it has one.
+const storedAnswerSQL = `
+	SELECT response_status, response_headers, response_body FROM idempotency_keys
+	WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
+		AND status = 'completed'`
+
+// AnswerAfterLeaseLost is what a request whose lease was taken over
+// answers (ErrLeaseLost): the answer stored under its key by the request
+// that took it over, which every replay gives too, or, while there is none
+// yet, idempotency_key_in_use, so that the client retries and gets the
+// stored answer. A client is never sent an answer the key does not hold.
+func (s *Service) AnswerAfterLeaseLost(ctx context.Context, c *Claim) (StoredResponse, error) {
+	var status *int
+	var header map[string]string
+	var body []byte
+	err := s.pool.QueryRow(ctx, storedAnswerSQL, c.keyArgs(namedArgs{})).Scan(&status, &header, &body)
+	switch {
+	case isNoRows(err):
+		return StoredResponse{}, errKeyInUse()
+	case err != nil:
+		return StoredResponse{}, internalf("read the stored answer: %w", err)
+	case status == nil:
+		return StoredResponse{}, errKeyInUse()
+	}
+	return StoredResponse{Status: *status, Header: header, Body: body}, nil
+}
 
 // CompleteIdempotent stores the final response of claim's request and
 // marks the key completed. The write outlives ctx's cancellation and a

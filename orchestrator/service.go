@@ -192,7 +192,24 @@ const (
 	pgUniqueViolation     = "23505"
 	pgForeignKeyViolation = "23503"
 	pgCheckViolation      = "23514"
+	// pgNoSyncStandby is raised by migration 00015's trigger: an answer
+	// was about to be stored on a primary without a synchronous standby
+	// while payorch.require_sync_standby is on.
+	pgNoSyncStandby = "PO001"
 )
+
+// AsUnavailable returns the 503 a client gets for err when err says the
+// database may not be written to safely right now (pgNoSyncStandby): the
+// request stored nothing, and its retry with the same key is answered
+// once the primary replicates synchronously again. Nil for any other
+// error.
+func AsUnavailable(err error) *Error {
+	if code, _ := constraintOf(err); code == pgNoSyncStandby {
+		return &Error{Code: CodeUnavailable, RetryAfter: time.Second, Err: err,
+			Message: "the database has no synchronous standby, so an answer given now could be lost in a failover; retry with the same key"}
+	}
+	return nil
+}
 
 // constraintOf returns the SQLSTATE and constraint name of a PostgreSQL
 // error, or "" for any other error.

@@ -56,6 +56,16 @@ type config struct {
 	// included) before it goes to the primary; 0: only a replica already
 	// caught up serves.
 	ReadReplicaMaxWait time.Duration
+	// RequireSyncStandby (PAYORCH_REQUIRE_SYNC_STANDBY) makes every
+	// connection refuse to store an answer unless its commit waits for a
+	// synchronous standby (session setting payorch.require_sync_standby,
+	// checked by migration 00015's trigger): on a primary replicating
+	// asynchronously, as pg_auto_failover's wait_primary does, requests
+	// fail with 503 instead of getting answers a failover could take
+	// back. Off by default: a single PostgreSQL has no standby. Behind a
+	// transaction pooler, which passes no session settings, set it on the
+	// role instead (ALTER ROLE … SET payorch.require_sync_standby = on).
+	RequireSyncStandby bool
 	// Listen (PAYORCH_LISTEN) is the API's address.
 	Listen string
 	// RateLimit (PAYORCH_RATE_LIMIT) is requests per second per API key,
@@ -366,6 +376,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	boolean("PAYORCH_AUTO_MIGRATE", &c.AutoMigrate)
+	boolean("PAYORCH_REQUIRE_SYNC_STANDBY", &c.RequireSyncStandby)
 	boolean("PAYORCH_API_KEY_CACHE", &c.APIKeyCache)
 	num("PAYORCH_REPLAY_CACHE", &c.ReplayCache)
 	dur := func(name string, dst *time.Duration) {
@@ -455,6 +466,9 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_REPLAY_CACHE: must be from 0 (off) to 1000000 entries")
 	case c.DatabasePooler != poolerNone && c.DatabasePooler != poolerTransaction:
 		return fmt.Errorf("PAYORCH_DATABASE_POOLER: %q is not none or transaction", c.DatabasePooler)
+	case c.RequireSyncStandby && c.DatabasePooler == poolerTransaction:
+		return errors.New("PAYORCH_REQUIRE_SYNC_STANDBY: a transaction pooler passes no session settings; " +
+			"set it on payorch's role instead (ALTER ROLE … SET payorch.require_sync_standby = on) and leave this unset")
 	case c.DBMaxConns < 2:
 		return errors.New("PAYORCH_DB_MAX_CONNS: must be at least 2")
 	case c.BackofficeMaxConns < 2 || c.BackofficeMaxConns > 1000:

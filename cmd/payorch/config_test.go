@@ -469,3 +469,19 @@ func TestReadReplicaConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestRequireSyncStandbyConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig(envOf(map[string]string{"PAYORCH_REQUIRE_SYNC_STANDBY": "true"}))
+	if err != nil || !cfg.RequireSyncStandby {
+		t.Fatalf("PAYORCH_REQUIRE_SYNC_STANDBY=true: %v (%v)", cfg.RequireSyncStandby, err)
+	}
+	if cfg, err := loadConfig(envOf(nil)); err != nil || cfg.RequireSyncStandby {
+		t.Fatalf("default: %v (%v), want off", cfg.RequireSyncStandby, err)
+	}
+	// A transaction pooler passes no session setting: the role carries it.
+	_, err = loadConfig(envOf(map[string]string{"PAYORCH_REQUIRE_SYNC_STANDBY": "true", "PAYORCH_DATABASE_POOLER": "transaction"}))
+	if err == nil || !strings.Contains(err.Error(), "ALTER ROLE") {
+		t.Fatalf("with a transaction pooler: %v, want an error naming ALTER ROLE", err)
+	}
+}

@@ -146,6 +146,10 @@ func openNamedPool(ctx context.Context, cfg config, url string, maxConns int, na
 	if cfg.DatabasePooler == poolerTransaction && (url == cfg.DatabaseURL || url == cfg.DatabaseReadURL) {
 		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
+	if cfg.RequireSyncStandby {
+		// Migration 00015's trigger reads it when an answer is stored.
+		pc.ConnConfig.RuntimeParams["payorch.require_sync_standby"] = "on"
+	}
 	if tel != nil {
 		tel.traceDatabase(pc)
 	}
