@@ -49,12 +49,17 @@ var (
 
 	createMu sync.Mutex // CREATE DATABASE … TEMPLATE needs the template idle
 
-	// The durable cluster (DurableURL), started on first use.
-	durableOnce    sync.Once
-	durableErr     error
-	durableBase    *url.URL
-	durableCluster *pgcluster.Cluster
-	durableTo      string
+	// The durable cluster (DurableURL), and the durable cluster that
+	// keeps statement statistics (DurableStatsURL), each started on first
+	// use.
+	durable      = &durableServer{}
+	durableStats = &durableServer{extra: map[string]string{
+		"shared_preload_libraries":          "pg_stat_statements",
+		"pg_stat_statements.track":          "all",
+		"pg_stat_statements.track_planning": "on",
+		"pg_stat_statements.track_utility":  "off",
+		"track_functions":                   "all",
+	}}
 )
 
 // Main runs the tests of a package and then stops the cluster, if one was
@@ -227,9 +232,11 @@ func shutdown() {
 		_ = bouncer.Stop(ctx)
 		_ = os.RemoveAll(bouncerTo)
 	}
-	if durableCluster != nil {
-		_ = durableCluster.Stop(ctx)
-		_ = os.RemoveAll(durableTo)
+	for _, d := range []*durableServer{durable, durableStats} {
+		if d.cluster != nil {
+			_ = d.cluster.Stop(ctx)
+			_ = os.RemoveAll(d.dir)
+		}
 	}
 	if baseURL == nil {
 		return
@@ -353,26 +360,41 @@ func durableSettings(dir string) pgcluster.Config {
 	return cfg
 }
 
-// startDurable starts the durable cluster and migrates its template (the
-// same template name as the throw-away cluster's, on another server).
-func startDurable() error {
+// durableServer is a durable cluster (durableSettings plus extra),
+// started on first use, once per test binary, and stopped by Main.
+type durableServer struct {
+	extra   map[string]string
+	once    sync.Once
+	err     error
+	base    *url.URL
+	cluster *pgcluster.Cluster
+	dir     string
+}
+
+// start starts the cluster and migrates its template (the same template
+// name as the throw-away cluster's, on another server).
+func (d *durableServer) start() error {
 	dir, err := os.MkdirTemp("", "payorch-pgd-")
 	if err != nil {
 		return err
 	}
-	durableTo = dir
+	d.dir = dir
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, durableSettings(dir))
+	cfg := durableSettings(dir)
+	for k, v := range d.extra {
+		cfg.Settings[k] = v
+	}
+	c, err := pgcluster.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	durableCluster = c
+	d.cluster = c
 	u, _ := url.Parse(c.ConnString("postgres"))
-	durableBase = u
+	d.base = u
 	admin, err := pgx.Connect(ctx, c.ConnString("postgres"))
 	if err != nil {
 		return fmt.Errorf("pgtest: connect to the durable cluster: %w", err)
@@ -394,7 +416,7 @@ func startDurable() error {
 // or not as that server is configured.
 func DurableURL(t testing.TB) string {
 	t.Helper()
-	return durableDatabase(t, true)
+	return durable.database(t, true)
 }
 
 // DurableEmptyURL is DurableURL for a database with no schema at all: for
@@ -402,21 +424,35 @@ func DurableURL(t testing.TB) string {
 // reference peer).
 func DurableEmptyURL(t testing.TB) string {
 	t.Helper()
-	return durableDatabase(t, false)
+	return durable.database(t, false)
 }
 
-// durableDatabase creates a database on the durable cluster (a clone of
-// its migrated template, or empty when migrated is false) and returns its
-// URL.
-func durableDatabase(t testing.TB, migrated bool) string {
+// DurableStatsURL is DurableURL on another durable cluster, one that
+// keeps statement statistics: pg_stat_statements loaded with track = all
+// (statements run by triggers and functions counted too) and
+// track_planning on, and track_functions = all. The extension itself is
+// not created in the database; a benchmark that reads the view creates it.
+// Only for benchmarks that say where PostgreSQL's time goes (the
+// statistics cost a little on every statement, so the other benchmarks
+// run on DurableURL's cluster, which keeps none). With
+// PAYORCH_TEST_DATABASE_URL set, it is a database on that server, whose
+// configuration must load pg_stat_statements.
+func DurableStatsURL(t testing.TB) string {
+	t.Helper()
+	return durableStats.database(t, true)
+}
+
+// database creates a database on the cluster (a clone of its migrated
+// template, or empty when migrated is false) and returns its URL.
+func (d *durableServer) database(t testing.TB, migrated bool) string {
 	t.Helper()
 	ensure(t)
 	if cluster == nil { // an external server
 		return newDatabase(t, migrated)
 	}
-	durableOnce.Do(func() { durableErr = startDurable() })
-	if durableErr != nil {
-		t.Fatalf("pgtest: no durable cluster: %v", durableErr)
+	d.once.Do(func() { d.err = d.start() })
+	if d.err != nil {
+		t.Fatalf("pgtest: no durable cluster: %v", d.err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -427,7 +463,7 @@ func durableDatabase(t testing.TB, migrated bool) string {
 	if migrated {
 		src = template
 	}
-	u := *durableBase
+	u := *d.base
 	admin, err := pgx.Connect(ctx, u.String())
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
