@@ -265,6 +265,9 @@ func (s *Service) beginOnce(ctx context.Context, req IdempotencyRequest) (Begin,
 	case string(k.RequestHash) != string(req.Fingerprint.Hash):
 		return Begin{ExpiresAt: k.ExpiresAt}, reusedError(k.FieldHashes, req.Fingerprint.Fields)
 	case k.Status == "completed":
+		if err := s.replicated(ctx); err != nil {
+			return Begin{}, err
+		}
 		r := &StoredResponse{Status: *k.ResponseStatus, Header: k.ResponseHeaders, Body: k.ResponseBody}
 		s.replays.put(req.replayKey(), &replayEntry{requestHash: string(k.RequestHash), fieldHashes: k.FieldHashes,
 			response: r, expiresAt: k.ExpiresAt})
@@ -444,7 +447,28 @@ func (s *Service) AnswerAfterLeaseLost(ctx context.Context, c *Claim) (StoredRes
 	case status == nil:
 		return StoredResponse{}, errKeyInUse()
 	}
+	if err := s.replicated(ctx); err != nil {
+		return StoredResponse{}, err
+	}
 	return StoredResponse{Status: *status, Header: header, Body: body}, nil
+}
+
+// replicatedBarrierSQL makes sure what was read before it is on a
+// synchronous standby (migration 00016); a no-op unless
+// payorch.require_sync_standby is on.
+const replicatedBarrierSQL = `SELECT payorch_replicated_barrier()`
+
+// replicated runs replicatedBarrierSQL in a transaction of its own before
+// an answer read from the database is given: with
+// PAYORCH_REQUIRE_SYNC_STANDBY, an answer a primary committed but a
+// standby may lack (it crashed and restarted before the standby had it)
+// is not given until the standby has it, and not at all by a primary
+// without a synchronous standby (503, AsUnavailable).
+func (s *Service) replicated(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, replicatedBarrierSQL); err != nil {
+		return internalf("wait for the answer's replication: %w", err)
+	}
+	return nil
 }
 
 // CompleteIdempotent stores the final response of claim's request and
