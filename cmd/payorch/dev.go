@@ -87,6 +87,9 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 			return err
 		}
 		dbURL = cluster.TCPConnString(devDatabase)
+		// From here on it is the database, as DATABASE_URL would be: the
+		// key cache's LISTEN connection (cfg.listenURL) uses it too.
+		cfg.DatabaseURL = dbURL
 	}
 
 	pool, err := openPool(ctx, cfg, dbURL, tel)
