@@ -122,18 +122,7 @@ func TestKilledBackendsDoNotLockTheKey(t *testing.T) {
 		first.status, first.body = post()
 	}()
 	// The fault fired: the confirmation is at the provider.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		faults, err := e.fake.Faults(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(faults) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the authorization never reached the provider")
-		}
-	}
+	waitFaultsFired(t, e)
 	fillPool(t, pool, 6)
 	if n := terminateBackends(t, dbURL); n < 6 {
 		t.Fatalf("terminated %d backends, want the pool's 6 at least", n)
@@ -202,18 +191,7 @@ func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
 	var first got
 	var wg sync.WaitGroup
 	wg.Go(func() { first = send() })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		faults, err := e.fake.Faults(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(faults) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the authorization never reached the provider")
-		}
-	}
+	waitFaultsFired(t, e)
 	time.Sleep(1300 * time.Millisecond) // the first request's lease has run out
 	answers := []got{send()}            // takes the key over
 	wg.Wait()
@@ -244,5 +222,24 @@ func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
 	}
 	if ops, err := e.fake.Operations(ctx, providers.ForwardedKey(tenant.ID, orchestrator.OpAuthorize, key)); err != nil || len(ops) != 1 {
 		t.Fatalf("%d provider authorizations (%v), want 1", len(ops), err)
+	}
+}
+
+// waitFaultsFired waits until every fault armed at e's fake has fired: the
+// request it was armed for is at the provider.
+func waitFaultsFired(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		faults, err := e.fake.Faults(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(faults) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the authorization never reached the provider")
+		}
 	}
 }
