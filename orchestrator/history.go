@@ -2,42 +2,119 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// A payment's history (payment_events) is partitioned by month (migration
-// 00013): the months ahead are created in advance, and months older than
-// a retention, when one is set, are dropped whole.
+// The append-only history is partitioned by month (migrations 00013 and
+// 00017): a payment's timeline (payment_events) and the provider
+// webhooks received (provider_webhook_events), by time; the outbox
+// (events, webhook_deliveries, webhook_delivery_attempts), by event id,
+// which begins with the event's time. The months ahead are created in
+// advance, and months older than a retention, when one is set, are
+// dropped whole.
 
 // HistoryMonthsAhead is how many months after the current one have their
 // partition ready: an insert never waits for one, and a missed run of
 // MaintainHistory (an instance down for weeks) is harmless.
 const HistoryMonthsAhead = 3
 
-// HistoryMaintenance is what one MaintainHistory did.
+// historyLockTimeout bounds how long creating or dropping a partition
+// waits for its table's lock. While it waits, every writer of the table
+// (the outbox triggers on the money path among them) queues behind it, so
+// it gives up early and tries again (historyLockTries, then the next run:
+// it works months ahead).
+const historyLockTimeout = 100 * time.Millisecond
+
+// historyLockTries is how many times one run tries a table whose lock it
+// did not get, historyLockPause apart.
+const (
+	historyLockTries = 5
+	historyLockPause = 2 * time.Second
+)
+
+// HistoryRetention says how many whole months of each history are kept
+// after the month they ended in; 0 keeps everything.
+type HistoryRetention struct {
+	// Payments is a payment's timeline (payment_events) and the provider
+	// webhooks received (provider_webhook_events): the record of what
+	// happened to a payment and what a provider said of it.
+	Payments int
+	// Events is the outbox: the events of the events API and webhooks,
+	// their deliveries and every attempt of those.
+	Events int
+}
+
+// historyTables are the partitioned history tables, with the retention
+// that applies to each.
+var historyTables = []struct {
+	name      string
+	retention func(HistoryRetention) int
+}{
+	{"payment_events", func(r HistoryRetention) int { return r.Payments }},
+	{"provider_webhook_events", func(r HistoryRetention) int { return r.Payments }},
+	{"events", func(r HistoryRetention) int { return r.Events }},
+	{"webhook_deliveries", func(r HistoryRetention) int { return r.Events }},
+	{"webhook_delivery_attempts", func(r HistoryRetention) int { return r.Events }},
+}
+
+// HistoryMaintenance is what one MaintainHistory did, over all tables.
 type HistoryMaintenance struct {
 	Created, Dropped int
 }
 
-// MaintainHistory creates the partitions of payment_events from this
-// month through HistoryMonthsAhead months ahead, those missing, and, when
-// retentionMonths > 0, drops the months that ended more than
-// retentionMonths months ago (a history kept at least that long). Safe on
-// several instances at once.
-func (s *Service) MaintainHistory(ctx context.Context, retentionMonths int) (HistoryMaintenance, error) {
+// MaintainHistory creates, for every partitioned history table, the
+// partitions from this month through HistoryMonthsAhead months ahead,
+// those missing, and drops the months that ended more than the table's
+// retention ago (when it is not 0). Safe on several instances at once.
+// A table whose lock it cannot take quickly is left for the next run,
+// and reported in the error once the others are done.
+func (s *Service) MaintainHistory(ctx context.Context, keep HistoryRetention) (HistoryMaintenance, error) {
 	var m HistoryMaintenance
 	now := s.now().UTC()
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	if err := s.pool.QueryRow(ctx, `SELECT payment_events_ensure_partitions(@from, @until)`,
-		namedArgs{"from": month, "until": month.AddDate(0, HistoryMonthsAhead, 0)}).Scan(&m.Created); err != nil {
-		return m, internalf("create history partitions: %w", err)
+	var failed error
+	for _, t := range historyTables {
+		n, err := s.historyDDL(ctx, `SELECT history_ensure_partitions(@table, @from, @until)`,
+			namedArgs{"table": t.name, "from": month, "until": month.AddDate(0, HistoryMonthsAhead, 0)})
+		m.Created += n
+		if err == nil && t.retention(keep) > 0 {
+			n, err = s.historyDDL(ctx, `SELECT history_drop_partitions(@table, @before)`,
+				namedArgs{"table": t.name, "before": month.AddDate(0, -t.retention(keep), 0)})
+			m.Dropped += n
+		}
+		if err != nil && failed == nil {
+			failed = internalf("history partitions of %s: %w", t.name, err)
+		}
 	}
-	if retentionMonths <= 0 {
-		return m, nil
+	return m, failed
+}
+
+// historyDDL runs one of the partition functions (q, which returns a
+// count) with historyLockTimeout, trying again while the lock is taken.
+func (s *Service) historyDDL(ctx context.Context, q string, args namedArgs) (int, error) {
+	var n int
+	var err error
+	for try := range historyLockTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(historyLockPause):
+			}
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', @timeout, true)`,
+				namedArgs{"timeout": fmt.Sprintf("%dms", historyLockTimeout.Milliseconds())}); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, q, args).Scan(&n)
+		})
+		if code, _ := constraintOf(err); code != pgLockNotAvailable {
+			return n, err
+		}
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT payment_events_drop_partitions(@before)`,
-		namedArgs{"before": month.AddDate(0, -retentionMonths, 0)}).Scan(&m.Dropped); err != nil {
-		return m, internalf("drop history partitions: %w", err)
-	}
-	return m, nil
+	return 0, err
 }

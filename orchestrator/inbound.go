@@ -98,19 +98,29 @@ func inboundText(v string, emptyOK bool) bool {
 	return (emptyOK || v != "") && len(v) <= maxInboundText && ValidText(v)
 }
 
+// lockInboundSQL serialises the deliveries of one provider event, on any
+// instance, until the transaction ends: provider_webhook_events is
+// partitioned by the time of receipt (migration 00017), so no unique key
+// spans a first delivery and its retry a month later; under this lock
+// the next statement, which reads every month, sees the one before it.
+const lockInboundSQL = `
+	SELECT pg_advisory_xact_lock(hashtextextended('provider_webhook_events:' || @connector || ':' || @event_id, 0))`
+
 // insertInboundSQL stores a new provider event; no row when it was
-// received before (a duplicate, or a concurrent delivery of it, which
-// this statement waits for).
+// received before (run after lockInboundSQL, in a statement of its own,
+// so it sees a concurrent delivery that committed while this one waited).
 const insertInboundSQL = `
 	INSERT INTO provider_webhook_events (connector, provider_event_id, type, kind, hold_ref, object_id, raw,
 		received_at, provider_created_at, outcome)
-	VALUES (@connector, @event_id, @type, @kind, @hold_ref, @object_id, @raw, @now, @created_at, 'recorded')
-	ON CONFLICT (connector, provider_event_id) DO NOTHING`
+	SELECT @connector, @event_id, @type, @kind, @hold_ref, @object_id, @raw::bytea, @now::timestamptz,
+		@created_at::timestamptz, 'recorded'
+	WHERE NOT EXISTS (SELECT 1 FROM provider_webhook_events WHERE connector = @connector AND provider_event_id = @event_id)`
 
-// inboundOutcomeSQL records what applying an event did.
+// inboundOutcomeSQL records what applying an event did (received at
+// @now: the stored row's month).
 const inboundOutcomeSQL = `
 	UPDATE provider_webhook_events SET outcome = @outcome, tenant_id = @tenant_id, payment_id = @payment_id
-	WHERE connector = @connector AND provider_event_id = @event_id`
+	WHERE connector = @connector AND provider_event_id = @event_id AND received_at = @now`
 
 // storedOutcomeSQL reads the outcome of an event received before.
 const storedOutcomeSQL = `
@@ -140,7 +150,8 @@ const providerEventSQL = `
 	VALUES (@tenant_id, @payment_id, 'provider_event', @kind, @outcome, @detail, @now)`
 
 // applyWebhook stores ev (raw, the body as received) and applies it, in
-// tx: the dedupe row first, so a duplicate changes nothing; then the
+// tx: the dedupe row first, under the event's lock, so a duplicate
+// changes nothing; then the
 // payment holding ev's hold reference, locked, and what ev means for it
 // (applyToPayment); then the event on the payment's timeline and its
 // outcome on the stored row.
@@ -151,6 +162,9 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 	var created *time.Time
 	if !ev.CreatedAt.IsZero() {
 		created = &ev.CreatedAt
+	}
+	if _, err := tx.Exec(ctx, lockInboundSQL, key); err != nil {
+		return res, err
 	}
 	tag, err := tx.Exec(ctx, insertInboundSQL, namedArgs{"connector": connector, "event_id": ev.ID, "type": ev.Type,
 		"kind": string(ev.Kind), "hold_ref": ev.HoldRef, "object_id": ev.ObjectID, "raw": raw, "now": now,
@@ -184,7 +198,7 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 				"provider_event_id", ev.ID, "type", ev.Type, "hold_ref", ev.HoldRef)
 		}
 		_, err = tx.Exec(ctx, inboundOutcomeSQL, namedArgs{"connector": connector, "event_id": ev.ID,
-			"outcome": res.Outcome, "tenant_id": nil, "payment_id": nil})
+			"outcome": res.Outcome, "tenant_id": nil, "payment_id": nil, "now": now})
 		return res, err
 	}
 	detail := map[string]any{"connector": connector, "provider_event_id": ev.ID, "type": ev.Type,
@@ -202,7 +216,7 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 		return res, err
 	}
 	_, err = tx.Exec(ctx, inboundOutcomeSQL, namedArgs{"connector": connector, "event_id": ev.ID,
-		"outcome": res.Outcome, "tenant_id": p.TenantID, "payment_id": p.ID})
+		"outcome": res.Outcome, "tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
 	return res, err
 }
 

@@ -184,6 +184,16 @@ func TestInboundWebhook(t *testing.T) {
 		if after := e.history(t, p.ID); !slices.Equal(before, after) {
 			t.Fatalf("a duplicate changed the history:\n%v\n%v", before, after)
 		}
+		// A retry weeks later (a provider retries for days; a replayed
+		// event may come any time) is received in another month, a
+		// partition of its own: still a duplicate.
+		later := e.clk.Now().AddDate(0, 0, 40)
+		laterSvc := orchestrator.NewService(orchestrator.Config{Pool: e.svc.Pool(), Clock: func() time.Time { return later },
+			Providers:       map[string]providers.Provider{"fake": verifyingProvider{e.gates, e.fake.WithWebhookSecret(inboundSecret)}},
+			DefaultProvider: "fake"})
+		if res, err := e.deliverSigned(laterSvc, "fake", ev, inboundSecret, later); err != nil || !res.Duplicate {
+			t.Fatalf("delivery 40 days later: %+v %v", res, err)
+		}
 		if o := e.storedOutcome(t, ev.ID); o != orchestrator.InboundApplied {
 			t.Fatalf("stored outcome %q", o)
 		}
@@ -192,10 +202,13 @@ func TestInboundWebhook(t *testing.T) {
 	t.Run("ConcurrentDeliveriesOnThreeInstancesChangeOnce", func(t *testing.T) {
 		t.Parallel()
 		e := shared.newTenant(t)
-		// Three instances: three Services on one database.
+		// Three instances: three Services on one database, their clocks a
+		// millisecond apart, so that only the event's lock (not the key of
+		// a row received at the same instant) keeps a duplicate out.
 		instances := []*orchestrator.Service{e.svc}
-		for range 2 {
-			instances = append(instances, orchestrator.NewService(orchestrator.Config{Pool: e.svc.Pool(), Clock: e.clk.Now,
+		for i := range 2 {
+			clock := func() time.Time { return e.clk.Now().Add(time.Duration(i+1) * time.Millisecond) }
+			instances = append(instances, orchestrator.NewService(orchestrator.Config{Pool: e.svc.Pool(), Clock: clock,
 				Providers:       map[string]providers.Provider{"fake": verifyingProvider{e.gates, e.fake.WithWebhookSecret(inboundSecret)}},
 				DefaultProvider: "fake"}))
 		}

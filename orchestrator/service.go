@@ -192,6 +192,8 @@ const (
 	pgUniqueViolation     = "23505"
 	pgForeignKeyViolation = "23503"
 	pgCheckViolation      = "23514"
+	// pgLockNotAvailable: lock_timeout ran out (history partitions).
+	pgLockNotAvailable = "55P03"
 	// pgNoSyncStandby is raised by migration 00015's trigger: an answer
 	// was about to be stored on a primary without a synchronous standby
 	// while payorch.require_sync_standby is on.

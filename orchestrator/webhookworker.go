@@ -155,7 +155,7 @@ const disableFailingSQL = `
 		WHERE d.status = 'pending' AND d.endpoint_id = w.id AND w.deleted_at IS NOT NULL
 	), ev AS (
 		INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
-		SELECT 'evt_' || replace(gen_random_uuid()::text, '-', ''), tenant_id, 'webhook_endpoint.disabled', NULL, NULL,
+		SELECT event_id_at(@now), tenant_id, 'webhook_endpoint.disabled', NULL, NULL,
 			jsonb_build_object('id', id, 'object', 'webhook_endpoint', 'url', url, 'event_types', event_types,
 				'description', description, 'enabled', false, 'disabled_reason', 'every delivery failed for 3 days',
 				'failing_since', failing_since),

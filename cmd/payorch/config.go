@@ -224,9 +224,13 @@ type config struct {
 	// addresses; `dev` allows them unless set to false.
 	WebhookAllowPrivate bool
 	// HistoryRetentionMonths (PAYORCH_HISTORY_RETENTION_MONTHS) is how many
-	// whole months of payment history (payment_events) are kept before the
-	// month's partition is dropped; 0 keeps it all.
+	// whole months of payment history (payment_events) and of provider
+	// webhooks received are kept before the month's partition is dropped;
+	// 0 keeps it all.
 	HistoryRetentionMonths int
+	// EventsRetentionMonths (PAYORCH_EVENTS_RETENTION_MONTHS) is the same
+	// for the outbox: events, their webhook deliveries and attempts.
+	EventsRetentionMonths int
 	// HoldSweepInterval (PAYORCH_HOLD_SWEEP_INTERVAL) is how often the
 	// hold sweeper looks for holds to warn of, act on or expire; 0 turns it
 	// off.
@@ -401,6 +405,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
 	dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
 	num("PAYORCH_HISTORY_RETENTION_MONTHS", &c.HistoryRetentionMonths)
+	num("PAYORCH_EVENTS_RETENTION_MONTHS", &c.EventsRetentionMonths)
 	dur("PAYORCH_HOLD_EXPIRING_LEAD", &c.HoldExpiringLead)
 	dur("PAYORCH_HOLD_ACTION_LEAD", &c.HoldActionLead)
 	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
@@ -491,6 +496,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
 	case c.HistoryRetentionMonths < 0 || c.HistoryRetentionMonths > 1200:
 		return errors.New("PAYORCH_HISTORY_RETENTION_MONTHS: must be from 0 (keep everything) to 1200")
+	case c.EventsRetentionMonths < 0 || c.EventsRetentionMonths > 1200:
+		return errors.New("PAYORCH_EVENTS_RETENTION_MONTHS: must be from 0 (keep everything) to 1200")
 	case c.HoldSweepInterval < 0:
 		return errors.New("PAYORCH_HOLD_SWEEP_INTERVAL: must not be negative (0 turns the hold sweeper off)")
 	case c.HoldExpiringLead <= 0 || c.HoldExpiringLead > 30*24*time.Hour:

@@ -168,7 +168,8 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	// the retention (hourly; every instance, serialised in the database).
 	workers = append(workers, orchestrator.NewWorker("history", time.Hour, time.Minute, logger,
 		func(ctx context.Context) error {
-			m, err := svc.MaintainHistory(ctx, cfg.HistoryRetentionMonths)
+			m, err := svc.MaintainHistory(ctx, orchestrator.HistoryRetention{Payments: cfg.HistoryRetentionMonths,
+				Events: cfg.EventsRetentionMonths})
 			if m != (orchestrator.HistoryMaintenance{}) {
 				logger.InfoContext(ctx, "history partitions", "created", m.Created, "dropped", m.Dropped)
 			}
