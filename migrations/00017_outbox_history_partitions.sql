@@ -67,7 +67,7 @@
 -- event_id_floor is the smallest event id of the millisecond of at: the
 -- bound of the month partitions, and of the search for a payment's last
 -- event number.
-CREATE FUNCTION event_id_floor(at timestamptz) RETURNS text
+CREATE OR REPLACE FUNCTION event_id_floor(at timestamptz) RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT 'evt_' || lpad(to_hex(greatest(floor(extract(epoch FROM at) * 1000), 0)::bigint), 12, '0')
 $$;
@@ -77,7 +77,7 @@ $$;
 -- event_id_at is a new event id for an event of time at:
 -- event_id_floor(at) and 20 random hex digits (80 bits of a random UUID's
 -- hash). Every writer of events takes its id from here.
-CREATE FUNCTION event_id_at(at timestamptz) RETURNS text
+CREATE OR REPLACE FUNCTION event_id_at(at timestamptz) RETURNS text
 LANGUAGE sql VOLATILE AS $$
     SELECT event_id_floor(at) || left(md5(gen_random_uuid()::text), 20)
 $$;
@@ -188,7 +188,7 @@ CREATE TABLE provider_webhook_events_default PARTITION OF provider_webhook_event
 -- (orchestrator/history.go) so that the money path, which writes events,
 -- queues behind it for at most that long, and tries again later: it runs
 -- months ahead.
-CREATE FUNCTION history_ensure_partitions(parent regclass, from_at timestamptz, until_at timestamptz) RETURNS integer
+CREATE OR REPLACE FUNCTION history_ensure_partitions(parent regclass, from_at timestamptz, until_at timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     m       timestamptz := date_trunc('month', from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
@@ -224,7 +224,7 @@ $$;
 -- The default partition is never dropped; its rows older than before_at
 -- (written before the table was partitioned, or by a clock far off) are
 -- deleted.
-CREATE FUNCTION history_drop_partitions(parent regclass, before_at timestamptz) RETURNS integer
+CREATE OR REPLACE FUNCTION history_drop_partitions(parent regclass, before_at timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     part    record;
