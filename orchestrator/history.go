@@ -48,17 +48,31 @@ type HistoryRetention struct {
 }
 
 // historyTables are the partitioned history tables, with the retention
-// that applies to each.
+// that applies to each, and whether the delivery worker uses it.
 var historyTables = []struct {
 	name      string
 	retention func(HistoryRetention) int
+	outbox    bool
 }{
-	{"payment_events", func(r HistoryRetention) int { return r.Payments }},
-	{"provider_webhook_events", func(r HistoryRetention) int { return r.Payments }},
-	{"events", func(r HistoryRetention) int { return r.Events }},
-	{"webhook_deliveries", func(r HistoryRetention) int { return r.Events }},
-	{"webhook_delivery_attempts", func(r HistoryRetention) int { return r.Events }},
+	{"payment_events", func(r HistoryRetention) int { return r.Payments }, false},
+	{"provider_webhook_events", func(r HistoryRetention) int { return r.Payments }, false},
+	{"events", func(r HistoryRetention) int { return r.Events }, true},
+	{"webhook_deliveries", func(r HistoryRetention) int { return r.Events }, true},
+	{"webhook_delivery_attempts", func(r HistoryRetention) int { return r.Events }, true},
 }
+
+// A delivery pass (DeliverWebhooks) keeps its transaction open while it
+// sends, seconds when endpoints are slow, and one pass follows another
+// while deliveries are due: a partition change of the outbox waiting for
+// its lock with historyLockTimeout could then fail every time. So the
+// passes and those changes take outboxPassLock: each pass shared, and
+// only if it is free at once (a pass skips its turn while a change
+// waits); a change exclusive, waiting for the passes in flight, before it
+// asks for any table's lock. Payments never take it.
+const (
+	outboxPassLockShared = `SELECT pg_try_advisory_xact_lock_shared(hashtextextended('history_partitions:outbox', 0))`
+	outboxPassLock       = `SELECT pg_advisory_xact_lock(hashtextextended('history_partitions:outbox', 0))`
+)
 
 // HistoryMaintenance is what one MaintainHistory did, over all tables.
 type HistoryMaintenance struct {
@@ -77,11 +91,11 @@ func (s *Service) MaintainHistory(ctx context.Context, keep HistoryRetention) (H
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var failed error
 	for _, t := range historyTables {
-		n, err := s.historyDDL(ctx, `SELECT history_ensure_partitions(@table, @from, @until)`,
+		n, err := s.historyDDL(ctx, t.outbox, `SELECT history_ensure_partitions(@table, @from, @until)`,
 			namedArgs{"table": t.name, "from": month, "until": month.AddDate(0, HistoryMonthsAhead, 0)})
 		m.Created += n
 		if err == nil && t.retention(keep) > 0 {
-			n, err = s.historyDDL(ctx, `SELECT history_drop_partitions(@table, @before)`,
+			n, err = s.historyDDL(ctx, t.outbox, `SELECT history_drop_partitions(@table, @before)`,
 				namedArgs{"table": t.name, "before": month.AddDate(0, -t.retention(keep), 0)})
 			m.Dropped += n
 		}
@@ -93,8 +107,9 @@ func (s *Service) MaintainHistory(ctx context.Context, keep HistoryRetention) (H
 }
 
 // historyDDL runs one of the partition functions (q, which returns a
-// count) with historyLockTimeout, trying again while the lock is taken.
-func (s *Service) historyDDL(ctx context.Context, q string, args namedArgs) (int, error) {
+// count) with historyLockTimeout, trying again while the lock is taken;
+// for an outbox table, once no delivery pass is in flight.
+func (s *Service) historyDDL(ctx context.Context, outbox bool, q string, args namedArgs) (int, error) {
 	var n int
 	var err error
 	for try := range historyLockTries {
@@ -106,6 +121,11 @@ func (s *Service) historyDDL(ctx context.Context, q string, args namedArgs) (int
 			}
 		}
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if outbox {
+				if _, err := tx.Exec(ctx, outboxPassLock); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', @timeout, true)`,
 				namedArgs{"timeout": fmt.Sprintf("%dms", historyLockTimeout.Milliseconds())}); err != nil {
 				return err

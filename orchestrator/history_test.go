@@ -3,8 +3,12 @@ package orchestrator_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,5 +222,80 @@ func TestMaintainHistoryDoesNotStallPayments(t *testing.T) {
 	}
 	if !e.exists(t, ahead) {
 		t.Fatalf("%s not made", ahead)
+	}
+}
+
+// A delivery pass keeps its transaction open while endpoints answer, and
+// passes follow one another while deliveries are due, so a partition
+// change of the outbox waits for the passes in flight (not with its
+// 100 ms lock timeout, which they would outlast every time), new passes
+// skip their turn meanwhile, and payments go on.
+func TestMaintainHistoryWaitsForDeliveryPasses(t *testing.T) {
+	t.Parallel()
+	e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+	ctx := context.Background()
+	if _, err := e.svc.MaintainHistory(ctx, orchestrator.HistoryRetention{}); err != nil {
+		t.Fatal(err)
+	}
+	ahead := partitionOf("webhook_deliveries", e.clk.Now().AddDate(0, orchestrator.HistoryMonthsAhead, 0))
+	if _, err := e.svc.Pool().Exec(ctx, `DROP TABLE `+ahead); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	rcv := newReceiver(t)
+	var arrived atomic.Int32
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		arrived.Add(1)
+		<-release
+		rcv.Config.Handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(slow.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	e.rawEndpoint(t, slow.URL, "whsec_slow", "payment.authorized")
+	e.authorized(t, "first", 100)
+	passed := make(chan orchestrator.DeliveryStats, 1)
+	go func() {
+		st, err := e.svc.DeliverWebhooks(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		passed <- st
+	}()
+	for arrived.Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.svc.MaintainHistory(ctx, orchestrator.HistoryRetention{})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // MaintainHistory waits for the pass
+	start := time.Now()
+	second := e.authorized(t, "second", 100)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("an authorize took %v while a partition waited for a delivery pass", took)
+	}
+	if st := e.deliver(t); st.Sent != 0 {
+		t.Fatalf("a pass sent %+v while a partition change waited", st)
+	}
+	if e.exists(t, ahead) {
+		t.Fatalf("%s made during a delivery pass", ahead)
+	}
+
+	open()
+	if st := <-passed; st.Delivered != 1 {
+		t.Fatalf("the pass in flight: %+v", st)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("MaintainHistory after the pass: %v", err)
+	}
+	if !e.exists(t, ahead) {
+		t.Fatalf("%s not made", ahead)
+	}
+	if st := e.deliver(t); st.Delivered != 1 {
+		t.Fatalf("the next pass: %+v (the second payment %s's event)", st, second.ID)
 	}
 }

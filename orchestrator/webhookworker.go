@@ -181,6 +181,12 @@ func (s *Service) DeliverWebhooks(ctx context.Context) (DeliveryStats, error) {
 	var st DeliveryStats
 	now := s.now()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Not while a partition of the outbox is being made or dropped
+		// (outboxPassLock, history.go): the next pass goes.
+		var free bool
+		if err := tx.QueryRow(ctx, outboxPassLockShared).Scan(&free); err != nil || !free {
+			return err
+		}
 		rows, _ := tx.Query(ctx, dueDeliverySQL, namedArgs{"now": now, "limit": webhookBatch})
 		due, err := pgx.CollectRows(rows, pgx.RowToStructByName[dueDelivery])
 		if err != nil {
