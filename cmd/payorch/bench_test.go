@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgcluster"
@@ -123,11 +125,24 @@ func BenchmarkServePinned(b *testing.B) {
 
 // BenchmarkServePooler is NewAuthorize through a real PgBouncer in
 // transaction pool mode (PAYORCH_DATABASE_POOLER=transaction) next to the
-// same load sent directly: two serve processes on one database, measured
-// in turn (direct, pooled, direct, pooled, b.N requests each), after a
-// warm-up of each. It reports each side's req/s and p50 and the pooled
-// rate as a percentage of the direct one (the aim: at least 90).
-// Machine shared: compare the two numbers of one run, not across runs.
+// same load sent directly: three serve processes on one database, measured
+// in turn (direct, describe, pooled, twice, b.N requests each), after a
+// warm-up of each. "describe" is the pooled setting without PgBouncer
+// (PAYORCH_DATABASE_POOLER=transaction with DATABASE_URL naming the
+// server: pgx's cache_describe mode, every statement parsed and planned
+// again), so that one run splits the cost of the pooled side between the
+// statement mode and PgBouncer itself. It reports each side's req/s and
+// p50, the pooled rate as a percentage of the direct one (the aim: at
+// least 90) and of the describe one; per request and side, the CPU of the
+// serve process, of PostgreSQL, of the load generator and, through the
+// pooler, of PgBouncer, their sum (cpu_ms/op), and what PgBouncer's SHOW
+// STATS counted: transactions, queries (round trips through it) and the
+// time clients waited for a server connection.
+// Machine shared: compare the numbers of one run, not across runs; the
+// CPU per request is steadier than req/s when other work comes and goes
+// (pooler_cpu_pct_of_direct: the direct side's CPU per request as a
+// percentage of the pooled side's, the throughput ratio a CPU-bound
+// machine predicts).
 func BenchmarkServePooler(b *testing.B) {
 	dbURL := pgtest.URL(b)
 	pool := pgtest.Pool(b, dbURL)
@@ -139,8 +154,8 @@ func BenchmarkServePooler(b *testing.B) {
 	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		b.Fatal(err)
 	}
-	side := func(url string, env ...string) *benchEnv {
-		e := &benchEnv{dbURL: url, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &testkit.SyncBuffer{},
+	side := func(serveURL string, env ...string) *benchEnv {
+		e := &benchEnv{dbURL: serveURL, pool: pool, tenantID: tenant.ID, apiKey: secret, logs: &testkit.SyncBuffer{},
 			postmaster: parentPID(backend), serveEnv: env}
 		e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConns: 4 * benchClients,
 			MaxIdleConnsPerHost: 4 * benchClients, DisableCompression: true}}
@@ -148,31 +163,126 @@ func BenchmarkServePooler(b *testing.B) {
 		e.startServe(b)
 		return e
 	}
-	direct := side(dbURL)
-	pooled := side(pgtest.ThroughPooler(b, dbURL), "PAYORCH_DATABASE_POOLER=transaction", "DATABASE_DIRECT_URL="+dbURL)
-	for i, e := range []*benchEnv{direct, pooled} {
+	names := []string{"direct", "describe", "pooler"}
+	sides := []*benchEnv{
+		side(dbURL),
+		side(dbURL, "PAYORCH_DATABASE_POOLER=transaction", "DATABASE_DIRECT_URL="+dbURL),
+		side(pgtest.ThroughPooler(b, dbURL), "PAYORCH_DATABASE_POOLER=transaction", "DATABASE_DIRECT_URL="+dbURL),
+	}
+	pooled := sides[2]
+	for i, e := range sides {
 		e.load(b, benchClients, benchWarmup/2, false, func(j int) error { return e.newKey(fmt.Sprintf("warmup-%d-%d", i, j)) })
 	}
 	if _, err := pool.Exec(context.Background(), `ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
-	var rates [2]float64
-	var all [2][]time.Duration
+	pooled.bouncerPID = pgtest.PoolerPID()
+	var (
+		rates [3]float64
+		all   [3][]time.Duration
+		used  [3]cpuTimes
+		took  [3]time.Duration
+		stats bouncerStats
+	)
 	for round := range 2 {
-		for i, e := range []*benchEnv{direct, pooled} {
+		for i, e := range sides {
+			var s0 bouncerStats
+			if e == pooled {
+				s0 = readBouncerStats(b, dbURL)
+			}
 			r := e.load(b, benchClients, 0, false, func(j int) error { return e.newKey(fmt.Sprintf("new-%d-%d-%d", round, i, j)) })
+			if e == pooled {
+				time.Sleep(bouncerStatsPeriod)
+				stats = stats.add(readBouncerStats(b, dbURL).sub(s0))
+			}
 			rates[i] += r.perSecond() / 2
 			all[i] = append(all[i], r.latency...)
+			used[i] = used[i].add(r.cpu)
+			took[i] += r.elapsed
 		}
 	}
-	for i := range all {
+	var cpu [3]float64
+	for i, name := range names {
 		slices.Sort(all[i])
+		n := len(all[i])
+		b.ReportMetric(rates[i], name+"_req/s")
+		b.ReportMetric(percentile(all[i], 50), name+"_p50_ms")
+		b.ReportMetric(perOpMS(used[i].serve, n), name+"_serve_cpu_ms/op")
+		b.ReportMetric(perOpMS(used[i].pg, n), name+"_pg_cpu_ms/op")
+		b.ReportMetric(perOpMS(used[i].client, n), name+"_client_cpu_ms/op")
+		cpu[i] = perOpMS(used[i].serve+used[i].pg+used[i].client+used[i].bouncer, n)
+		b.ReportMetric(cpu[i], name+"_cpu_ms/op")
+		b.ReportMetric(othersPct(used[i].others(0), took[i]), name+"_others_cpu_pct")
 	}
-	b.ReportMetric(rates[0], "direct_req/s")
-	b.ReportMetric(rates[1], "pooler_req/s")
-	b.ReportMetric(percentile(all[0], 50), "direct_p50_ms")
-	b.ReportMetric(percentile(all[1], 50), "pooler_p50_ms")
-	b.ReportMetric(100*rates[1]/rates[0], "pooler_pct_of_direct")
+	b.ReportMetric(100*rates[2]/rates[0], "pooler_pct_of_direct")
+	b.ReportMetric(100*rates[1]/rates[0], "describe_pct_of_direct")
+	b.ReportMetric(100*rates[2]/rates[1], "pooler_pct_of_describe")
+	b.ReportMetric(100*cpu[0]/cpu[2], "pooler_cpu_pct_of_direct")
+	n := float64(len(all[2]))
+	b.ReportMetric(perOpMS(used[2].bouncer, len(all[2])), "pgbouncer_cpu_ms/op")
+	b.ReportMetric(float64(stats.queries)/n, "pgbouncer_queries/op")
+	b.ReportMetric(float64(stats.xacts)/n, "pgbouncer_xacts/op")
+	b.ReportMetric(float64(stats.waitMicros)/1000/n, "pgbouncer_wait_ms/op")
+}
+
+// bouncerStatsPeriod is how long PgBouncer may take to bring SHOW STATS up
+// to date: its stats_period (1 s in internal/pgbouncer), and a margin.
+const bouncerStatsPeriod = 1100 * time.Millisecond
+
+// bouncerStats are the counters of one database in PgBouncer's SHOW
+// STATS: transactions and queries (round trips) it passed, and the time
+// clients waited for a server connection.
+type bouncerStats struct {
+	xacts, queries, waitMicros int64
+}
+
+func (s bouncerStats) sub(t bouncerStats) bouncerStats {
+	return bouncerStats{s.xacts - t.xacts, s.queries - t.queries, s.waitMicros - t.waitMicros}
+}
+
+func (s bouncerStats) add(t bouncerStats) bouncerStats {
+	return bouncerStats{s.xacts + t.xacts, s.queries + t.queries, s.waitMicros + t.waitMicros}
+}
+
+// readBouncerStats reads ThroughPooler's PgBouncer's counters for the
+// database of dbURL from its admin console, as PgBouncer last brought
+// them up to date (every stats_period: wait bouncerStatsPeriod after a
+// run before reading its totals).
+func readBouncerStats(b *testing.B, dbURL string) bouncerStats {
+	b.Helper()
+	ctx := context.Background()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, pgtest.PoolerAdminURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SHOW STATS")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	var s bouncerStats
+	for rows.Next() {
+		raw := rows.RawValues() // text: the console speaks the simple protocol
+		col := map[string]string{}
+		for i, f := range rows.FieldDescriptions() {
+			col[f.Name] = string(raw[i])
+		}
+		if col["database"] != u.Path[1:] {
+			continue
+		}
+		s.xacts, _ = strconv.ParseInt(col["total_xact_count"], 10, 64)
+		s.queries, _ = strconv.ParseInt(col["total_query_count"], 10, 64)
+		s.waitMicros, _ = strconv.ParseInt(col["total_wait_time"], 10, 64)
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 // benchOptions says where and what a benchEnv runs.
@@ -209,8 +319,11 @@ type benchEnv struct {
 	pinned bool
 	pg     pgbenchResult
 
-	peer  *benchPeer    // the reference peer, when opts.peer
-	floor pgbenchResult // pgbench's floor.sql on the peer's database
+	peer *benchPeer // the reference peer, when opts.peer
+	// bouncerPID is PgBouncer's process, whose CPU time cpu counts, when
+	// the server goes through it (BenchmarkServePooler).
+	bouncerPID int
+	floor      pgbenchResult // pgbench's floor.sql on the peer's database
 	// newRate is the req/s of NewAuthorize's last run, for Capture's
 	// ratio to it.
 	newRate float64
@@ -429,6 +542,7 @@ func (e *benchEnv) newKey(key string) error {
 type cpuTimes struct {
 	client, serve, pg time.Duration
 	peer              time.Duration // the reference peer's process, when it runs
+	bouncer           time.Duration // PgBouncer's process, when benchEnv.bouncerPID is set
 	pgProcs           int           // the postmaster's live children
 	machine           time.Duration // busy time of all CPUs (/proc/stat)
 }
@@ -436,12 +550,18 @@ type cpuTimes struct {
 // others is the CPU time the machine spent on anything but ours (extra),
 // the load generator, the server and the cluster.
 func (t cpuTimes) others(extra time.Duration) time.Duration {
-	return t.machine - t.client - t.serve - t.peer - t.pg - extra
+	return t.machine - t.client - t.serve - t.peer - t.pg - t.bouncer - extra
 }
 
 func (t cpuTimes) sub(u cpuTimes) cpuTimes {
 	return cpuTimes{client: t.client - u.client, serve: t.serve - u.serve, peer: t.peer - u.peer, pg: t.pg - u.pg,
-		machine: t.machine - u.machine}
+		bouncer: t.bouncer - u.bouncer, machine: t.machine - u.machine}
+}
+
+// add sums two spans of CPU time (pgProcs is left out).
+func (t cpuTimes) add(u cpuTimes) cpuTimes {
+	return cpuTimes{client: t.client + u.client, serve: t.serve + u.serve, peer: t.peer + u.peer, pg: t.pg + u.pg,
+		bouncer: t.bouncer + u.bouncer, machine: t.machine + u.machine}
 }
 
 func (e *benchEnv) cpu() cpuTimes {
@@ -451,6 +571,9 @@ func (e *benchEnv) cpu() cpuTimes {
 		machine: machineBusy()}
 	if e.peer != nil {
 		t.peer = procCPU(e.peer.cmd.Process.Pid, false)
+	}
+	if e.bouncerPID > 0 {
+		t.bouncer = procCPU(e.bouncerPID, false)
 	}
 	t.pg = procCPU(e.postmaster, true)
 	entries, _ := os.ReadDir("/proc")

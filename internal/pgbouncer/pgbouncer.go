@@ -153,12 +153,22 @@ func (b *Bouncer) writeConfig(ini, host string, port uint16, user, password stri
 		"pool_mode = " + b.cfg.PoolMode,
 		"default_pool_size = " + strconv.Itoa(b.cfg.PoolSize),
 		"max_client_conn = 2000",
-		// Tests drop their databases: idle server connections go soon.
-		"server_idle_timeout = 5",
+		// A server connection closed while idle is a new backend at the
+		// next burst, cold (catalogs, PL/pgSQL triggers compiled again),
+		// with clients queued for it: 5 s closed them between the turns
+		// of BenchmarkServePooler (3.6 to 14.6 ms of wait per authorize in
+		// SHOW STATS; BENCHMARKS.md). Tests' databases are dropped WITH
+		// (FORCE), which closes their server connections anyway.
+		"server_idle_timeout = 60",
 		"server_lifetime = 300",
 		"logfile = " + filepath.Join(b.cfg.Dir, "pgbouncer.log"),
 		"log_connections = 0",
 		"log_disconnections = 0",
+		// SHOW STATS's totals are brought up to date every stats_period:
+		// every second, so a benchmark can read them around a run; not
+		// logged.
+		"stats_period = 1",
+		"log_stats = 0",
 		"",
 	}, "\n")
 	if err := os.WriteFile(users, []byte(fmt.Sprintf("%q \"\"\n", user)), 0o644); err != nil {
@@ -214,6 +224,9 @@ func (b *Bouncer) URL(dbname string) string {
 
 // Port is the loopback port PgBouncer listens on.
 func (b *Bouncer) Port() int { return b.port }
+
+// PID is the PgBouncer process's id (for its CPU time in benchmarks).
+func (b *Bouncer) PID() int { return b.cmd.Process.Pid }
 
 // Stop shuts PgBouncer down (SIGTERM: at once) and waits for it, killing
 // it if ctx ends first.

@@ -507,6 +507,25 @@ func ThroughPooler(t testing.TB, dbURL string) string {
 	return bouncer.URL(u.Path[1:])
 }
 
+// PoolerPID is the process id of ThroughPooler's PgBouncer, 0 before its
+// first use: benchmarks read its CPU time.
+func PoolerPID() int {
+	if bouncer == nil {
+		return 0
+	}
+	return bouncer.PID()
+}
+
+// PoolerAdminURL is the URL of the admin console (database pgbouncer) of
+// ThroughPooler's PgBouncer, in pgx's simple protocol mode, the only one
+// the console speaks: SHOW STATS and the like. "" before its first use.
+func PoolerAdminURL() string {
+	if bouncer == nil {
+		return ""
+	}
+	return bouncer.URL("pgbouncer") + "&default_query_exec_mode=simple_protocol"
+}
+
 func startBouncer() error {
 	dir, err := os.MkdirTemp("", "payorch-pgb-")
 	if err != nil {
