@@ -151,10 +151,9 @@ const providerEventSQL = `
 
 // applyWebhook stores ev (raw, the body as received) and applies it, in
 // tx: the dedupe row first, under the event's lock, so a duplicate
-// changes nothing; then the
-// payment holding ev's hold reference, locked, and what ev means for it
-// (applyToPayment); then the event on the payment's timeline and its
-// outcome on the stored row.
+// changes nothing; then the payment holding ev's hold reference, locked,
+// and what ev means for it (applyToPayment); then the event on the
+// payment's timeline and its outcome on the stored row.
 func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string, ev providers.WebhookEvent, raw []byte) (InboundResult, error) {
 	now := s.now()
 	res := InboundResult{ID: ev.ID, Type: ev.Type}
