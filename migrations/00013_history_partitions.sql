@@ -142,3 +142,6 @@ ALTER TABLE payment_events
     ADD CONSTRAINT payment_events_type_check CHECK (type IN ('state_changed', 'provider_call', 'request', 'attempt_started',
         'provider_event', 'hold'));
 CREATE INDEX payment_events_payment_idx ON payment_events (tenant_id, payment_id, id);
+-- The one heap is append-only again, as before this migration.
+CREATE TRIGGER payment_events_append_only BEFORE UPDATE OR DELETE ON payment_events
+    FOR EACH ROW EXECUTE FUNCTION payment_events_append_only();

@@ -500,14 +500,181 @@ ON CONFLICT (connector, provider_event_id) DO NOTHING;
 DROP TABLE provider_webhook_events_partitioned;
 
 ALTER FUNCTION payments_outbox() RESET plan_cache_mode;
--- Back to 00013's functions for payment_events.
+-- Back to the functions as 00016 left them: the outbox triggers of 00009,
+-- 00010 and 00014 (random event ids; the ids written meanwhile keep their
+-- time-ordered shape, which is the same pattern), and 00013's own
+-- partition functions for payment_events. Then nothing of this migration
+-- remains (TestEveryMigrationDownAndUpWithRows compares the schema with a
+-- fresh one at 00016).
+-- payments_outbox, as in 00014_outbox_cached_plans.sql
 -- +goose StatementBegin
-CREATE FUNCTION payment_events_ensure_partitions(from_at timestamptz, until_at timestamptz) RETURNS integer
-LANGUAGE sql AS $$ SELECT history_ensure_partitions('payment_events', from_at, until_at) $$;
+CREATE OR REPLACE FUNCTION payments_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_id   text := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+    event_type text;
+    event_at   timestamptz := NEW.updated_at;
+    next_seq   integer := 1;
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN
+        event_type := 'payment.' || NEW.status;
+    ELSIF NEW.attempt IS DISTINCT FROM OLD.attempt THEN
+        event_type := 'payment.attempt_started';
+    ELSIF OLD.hold_expiring_at IS NULL AND NEW.hold_expiring_at IS NOT NULL THEN
+        -- A warning changes nothing of the payment (updated_at stays).
+        event_type := 'payment.hold_expiring';
+        event_at := NEW.hold_expiring_at;
+    ELSE
+        event_type := 'payment.hold_extended';
+    END IF;
+    -- A new payment's first event is number 1 (see the top of 00014).
+    IF TG_OP <> 'INSERT' THEN
+        SELECT coalesce(max(sequence), 0) + 1 INTO next_seq
+        FROM events WHERE tenant_id = NEW.tenant_id AND payment_id = NEW.id;
+    END IF;
+    -- The event and its deliveries in one statement: webhook_fan_out's
+    -- INSERT, written out here because this trigger runs twice on every
+    -- authorize and a call of the function costs more than its insert
+    -- (keep the two alike).
+    WITH event AS (
+        INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+        VALUES (event_id, NEW.tenant_id, event_type, NEW.id, next_seq, jsonb_build_object(
+            'id', NEW.id, 'object', 'payment', 'tenant_id', NEW.tenant_id, 'status', NEW.status,
+            'amount_minor', NEW.amount_minor, 'currency', NEW.currency, 'captured_minor', NEW.captured_minor,
+            'refunded_minor', NEW.refunded_minor, 'provider', NEW.provider, 'provider_ref', NEW.provider_ref,
+            'payment_method', NEW.payment_method, 'idempotency_key', NEW.idempotency_key,
+            'description', NEW.description, 'metadata', NEW.metadata, 'failure_code', NEW.failure_code,
+            'capture_before', NEW.capture_before, 'on_expiry', NEW.on_expiry, 'created_at', NEW.created_at,
+            'updated_at', NEW.updated_at, 'routing_version', NEW.routing_version, 'attempt', NEW.attempt),
+            event_at)
+        RETURNING id
+    )
+    INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
+    SELECT event.id, e.id, event_at, event_at
+    FROM event, webhook_endpoints e
+    WHERE e.tenant_id IS NOT DISTINCT FROM NEW.tenant_id AND e.enabled AND e.deleted_at IS NULL
+        AND ('*' = ANY (e.event_types) OR event_type = ANY (e.event_types));
+    RETURN NULL;
+END
+$$;
 -- +goose StatementEnd
+-- payment_operations_outbox, as in 00009_events_outbox.sql
 -- +goose StatementBegin
-CREATE FUNCTION payment_events_drop_partitions(before_at timestamptz) RETURNS integer
-LANGUAGE sql AS $$ SELECT history_drop_partitions('payment_events', before_at) $$;
+CREATE OR REPLACE FUNCTION payment_operations_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_id   text := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+    event_type text := NEW.kind || '.' || NEW.status;
+BEGIN
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    SELECT event_id, NEW.tenant_id, event_type, NEW.payment_id, NULL,
+        jsonb_build_object('id', NEW.id, 'object', NEW.kind, 'payment_id', NEW.payment_id, 'status', NEW.status,
+            'amount_minor', NEW.amount_minor, 'currency', p.currency, 'provider_ref', NEW.provider_ref,
+            'failure_code', NEW.failure_code, 'idempotency_key', NEW.idempotency_key,
+            'created_at', NEW.created_at, 'updated_at', NEW.updated_at),
+        NEW.updated_at
+    FROM payments p WHERE p.tenant_id = NEW.tenant_id AND p.id = NEW.payment_id;
+    PERFORM webhook_fan_out(event_id, NEW.tenant_id, event_type, NEW.updated_at);
+    RETURN NULL;
+END
+$$;
 -- +goose StatementEnd
--- The trigger functions keep event_id_at (the ids of 00009 and of this
--- migration have one shape), so the two id functions stay too.
+-- payment_disputes_outbox, as in 00010_provider_webhooks.sql
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION payment_disputes_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_id text := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    VALUES (event_id, NEW.tenant_id, 'payment.disputed', NEW.payment_id, NULL, jsonb_build_object(
+        'id', NEW.id, 'object', 'dispute', 'payment_id', NEW.payment_id, 'connector', NEW.connector,
+        'provider_ref', NEW.provider_ref, 'amount_minor', NEW.amount_minor, 'currency', NEW.currency,
+        'reason', NEW.reason, 'created_at', NEW.created_at), NEW.created_at);
+    PERFORM webhook_fan_out(event_id, NEW.tenant_id, 'payment.disputed', NEW.created_at);
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+-- reconciliation_runs_outbox, as in 00009_events_outbox.sql
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION reconciliation_runs_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_id   text;
+    event_type text;
+BEGIN
+    event_id := 'evt_' || replace(gen_random_uuid()::text, '-', '');
+    event_type := CASE NEW.status WHEN 'succeeded' THEN 'reconciliation.run.completed' ELSE 'reconciliation.run.failed' END;
+    -- The run's summary, in the shape of GET /v1/reconciliation/runs/{id}
+    -- (reconcile.Run) without totals, diff and requested_by.
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    VALUES (event_id, NULL, event_type, NULL, NULL, jsonb_build_object(
+        'id', NEW.id, 'object', 'reconciliation_run', 'provider', NEW.provider,
+        'business_date', NEW.business_date::text, 'version', NEW.version, 'trigger', NEW.trigger,
+        'status', NEW.status, 'started_at', NEW.started_at, 'finished_at', NEW.finished_at,
+        'local_count', NEW.local_count, 'provider_count', NEW.provider_count, 'matched_count', NEW.matched_count,
+        'discrepancy_count', NEW.discrepancy_count, 'category_counts', NEW.category_counts, 'error', NEW.error),
+        coalesce(NEW.finished_at, now()));
+    PERFORM webhook_fan_out(event_id, NULL, event_type, coalesce(NEW.finished_at, now()));
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+-- payment_events_ensure_partitions, as in 00013_history_partitions.sql
+-- +goose StatementBegin
+-- payment_events_ensure_partitions creates the monthly partitions (UTC
+-- months, payment_events_yYYYYmMM) from the month of from_at through the
+-- month of until_at, those missing; it returns how many it created. Safe
+-- to run concurrently (an advisory lock serialises it) and again (it skips
+-- what exists).
+CREATE OR REPLACE FUNCTION payment_events_ensure_partitions(from_at timestamptz, until_at timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    m       timestamptz := date_trunc('month', from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    name    text;
+    created integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('payment_events_partitions'));
+    WHILE m <= until_at LOOP
+        name := 'payment_events_y' || to_char(m AT TIME ZONE 'UTC', 'YYYY"m"MM');
+        IF to_regclass(name) IS NULL THEN
+            EXECUTE format('CREATE TABLE %I PARTITION OF payment_events FOR VALUES FROM (%L) TO (%L)',
+                name, m, m + interval '1 month');
+            created := created + 1;
+        END IF;
+        m := m + interval '1 month';
+    END LOOP;
+    RETURN created;
+END
+$$;
+-- +goose StatementEnd
+-- payment_events_drop_partitions, as in 00013_history_partitions.sql
+-- +goose StatementBegin
+-- payment_events_drop_partitions drops the monthly partitions that end at
+-- or before before_at (a retention), and returns how many. Each DROP locks
+-- the parent table only for the change of its catalog: no rows are
+-- deleted, nothing is left to vacuum. The default partition is never
+-- dropped.
+CREATE OR REPLACE FUNCTION payment_events_drop_partitions(before_at timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    part    record;
+    starts  timestamptz;
+    dropped integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('payment_events_partitions'));
+    FOR part IN
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'payment_events'::regclass AND c.relname ~ '^payment_events_y[0-9]{4}m[0-9]{2}$'
+    LOOP
+        starts := make_timestamptz(substr(part.relname, 17, 4)::int, substr(part.relname, 22, 2)::int, 1, 0, 0, 0, 'UTC');
+        IF starts + interval '1 month' <= before_at THEN
+            EXECUTE format('DROP TABLE %I', part.relname);
+            dropped := dropped + 1;
+        END IF;
+    END LOOP;
+    RETURN dropped;
+END
+$$;
+-- +goose StatementEnd
+DROP FUNCTION history_drop_partitions(regclass, timestamptz);
+DROP FUNCTION history_ensure_partitions(regclass, timestamptz, timestamptz);
+DROP FUNCTION event_id_at(timestamptz);
+DROP FUNCTION event_id_floor(timestamptz);
