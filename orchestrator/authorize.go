@@ -26,7 +26,7 @@ type AuthorizeInput struct {
 	Description   string
 	Metadata      map[string]string
 	// OnExpiry: what to do with the hold shortly before it lapses
-	// (holdsweeper.go); "" means none.
+	// (SweepHolds, hold.go); "" means none.
 	OnExpiry OnExpiry
 	// ExtendedAuthorization asks the provider for its longest hold, where
 	// it has one (Stripe: request_extended_authorization=if_available).
@@ -225,9 +225,7 @@ const createPaymentSQL = `
 			WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
 				AND k.lock_token = @claim_token::uuid)
 		ON CONFLICT (tenant_id, id) DO NOTHING
-		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+		RETURNING ` + paymentColumns + `
 	), attempt AS (
 		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
 		SELECT tenant_id, id, 1, provider, @forwarded_key, 1, @now FROM p
@@ -242,9 +240,7 @@ const createPaymentSQL = `
 		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
 			AND k.lock_token = @claim_token::uuid
 	)
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	SELECT ` + paymentColumns + `
 	FROM p`
 
 // authorizeResult maps a settled payment to the answer of its authorize
@@ -374,19 +370,17 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 	return hold, call, err
 }
 
-// settleAuthorizeSQL settles a pending payment in one statement: the
-// payment; the provider call that settled it (when @call_operation is not
-// NULL) and the state change, in that order, in its history; and the
-// key's recovery point. The call is recorded even when the payment was
-// settled meanwhile (then p is empty and the statement returns no row).
-const settleAuthorizeSQL = `
+// settleAuthorizeCTEs are what settling an authorization writes, shared
+// by settleAuthorizeSQL and settleCompleteSQL: the payment (p, empty when
+// it was settled meanwhile); its attempt; the provider call that settled
+// it (when @call_operation is not NULL) and the state change, in that
+// order, in its history.
+const settleAuthorizeCTEs = `
 	WITH p AS (
 		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
 			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
-		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+		RETURNING ` + paymentColumns + `
 	), attempt AS (
 		UPDATE payment_attempts a SET outcome = @attempt_outcome, code = @failure_code,
 			provider_ref = coalesce(@provider_ref, a.provider_ref),
@@ -403,6 +397,13 @@ const settleAuthorizeSQL = `
 		UNION ALL
 		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, @detail::jsonb, @now
 		FROM p
+`
+
+// settleAuthorizeSQL settles a pending payment in one statement
+// (settleAuthorizeCTEs) and moves the key's recovery point. The call is
+// recorded even when the payment was settled meanwhile (then p is empty
+// and the statement returns no row).
+const settleAuthorizeSQL = settleAuthorizeCTEs + `
 	), checkpoint AS (
 		UPDATE idempotency_keys k SET recovery_point = 'provider_settled', payment_id = coalesce(k.payment_id, p.id),
 			updated_at = @now
@@ -410,9 +411,7 @@ const settleAuthorizeSQL = `
 		WHERE k.tenant_id = @claim_tenant_id AND k.operation = @claim_operation AND k.key = @claim_key
 			AND k.lock_token = @claim_token::uuid
 	)
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes, false AS completed
+	SELECT ` + paymentColumns + `, false AS completed
 	FROM p`
 
 // settleCompleteSQL is settleAuthorizeSQL that completes the key with
@@ -420,30 +419,7 @@ const settleAuthorizeSQL = `
 // @response_body) and releases its lease, instead of moving its recovery
 // point: one statement and one commit fewer on the hot path. completed
 // says whether the key was completed (its lease still held).
-const settleCompleteSQL = `
-	WITH p AS (
-		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
-			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
-		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
-		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
-	), attempt AS (
-		UPDATE payment_attempts a SET outcome = @attempt_outcome, code = @failure_code,
-			provider_ref = coalesce(@provider_ref, a.provider_ref),
-			latency_ms = coalesce(@call_latency_ms::double precision, a.latency_ms), ended_at = @now
-		FROM p
-		WHERE a.tenant_id = p.tenant_id AND a.payment_id = p.id AND a.attempt = p.attempt
-	), events AS (
-		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
-			from_status, to_status, detail, created_at)
-		SELECT @tenant_id, @payment_id, 'provider_call', @call_operation::text, @call_forwarded_key::text,
-			@call_outcome::text, @call_latency_ms::double precision, NULL::text, NULL::text, @call_detail::jsonb,
-			@call_at::timestamptz
-		WHERE @call_operation::text IS NOT NULL
-		UNION ALL
-		SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, @detail::jsonb, @now
-		FROM p
+const settleCompleteSQL = settleAuthorizeCTEs + `
 	), complete AS (
 		UPDATE idempotency_keys k SET status = 'completed', response_status = @response_status,
 			response_headers = @response_headers, response_body = @response_body, payment_id = p.id,
@@ -453,9 +429,7 @@ const settleCompleteSQL = `
 			AND k.lock_token = @claim_token::uuid
 		RETURNING 1
 	)
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes,
+	SELECT ` + paymentColumns + `,
 		EXISTS (SELECT 1 FROM complete) AS completed
 	FROM p`
 

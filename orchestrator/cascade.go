@@ -269,9 +269,7 @@ const failOverSQL = `
 	), p AS (
 		UPDATE payments SET provider = @next, attempt = @attempt + 1, provider_ref = NULL, updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
-		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+		RETURNING ` + paymentColumns + `
 	), started AS (
 		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
 		SELECT tenant_id, id, attempt, provider, @next_key, 1, @now FROM p
@@ -282,9 +280,7 @@ const failOverSQL = `
 			@call_latency_ms, @call_detail, @call_at),
 		(@tenant_id, @payment_id, 'attempt_started', NULL, @next_key, NULL, NULL, @started_detail, @now)
 	)
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	SELECT ` + paymentColumns + `
 	FROM p`
 
 // failOver moves p to its next attempt, on next, after its current

@@ -319,10 +319,7 @@ const moveDeadlineSQL = `
 		UPDATE payments SET capture_before = @capture_before, hold_expiring_at = NULL, hold_next_check_at = NULL,
 			updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized' AND capture_before < @capture_before
-		RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-			request_hash, field_hashes
+		RETURNING ` + paymentColumns + `
 	), history AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, detail, created_at)
 		SELECT tenant_id, id, 'hold', jsonb_build_object('hold', 'extended', 'capture_before', capture_before,

@@ -129,9 +129,7 @@ const storedOutcomeSQL = `
 // lockPaymentByRefSQL reads and locks the payment of connector holding
 // the provider's reference.
 const lockPaymentByRefSQL = `
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	SELECT ` + paymentColumns + `
 	FROM payments
 	WHERE provider = @connector AND provider_ref = @ref
 	ORDER BY tenant_id, id

@@ -255,9 +255,7 @@ func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error 
 // lockPaymentSQL reads a payment of a tenant and locks its row until the
 // transaction ends.
 const lockPaymentSQL = `
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	SELECT ` + paymentColumns + `
 	FROM payments
 	WHERE tenant_id = @tenant_id AND id = @payment_id
 	FOR UPDATE`

@@ -97,24 +97,24 @@ type Payment struct {
 	// in order; later attempts follow it.
 	Route []string `json:"-" db:"route"`
 	// OnExpiry is what payorch does with the hold shortly before
-	// CaptureBefore (holdsweeper.go): capture it, cancel it, or nothing.
+	// CaptureBefore (SweepHolds, hold.go): capture it, cancel it, or nothing.
 	OnExpiry OnExpiry `json:"on_expiry" db:"on_expiry"`
 	// ExtendedAuthorization says the authorize asked the provider for its
 	// longest hold (Stripe's request_extended_authorization).
 	ExtendedAuthorization bool `json:"extended_authorization" db:"extended_authorization"`
 }
 
-// paymentRow is a payments row as statements return it: the Payment and
-// the fingerprint of the request that created it. Every statement that
-// returns a payment returns these columns:
-//
-//	tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-//	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-//	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-//	request_hash, field_hashes
-//
-// (each statement spells them out; they are read by name, so a column
-// missing or left over fails the read instead of shifting the others).
+// paymentColumns are the columns every statement that returns a payment
+// returns, read into a paymentRow by name (a column missing or left over
+// fails the read instead of shifting the others). One list, so that a new
+// column of payments is added once and no statement can lag behind.
+const paymentColumns = `tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
+		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
+		request_hash, field_hashes`
+
+// paymentRow is a payments row as statements return it (paymentColumns):
+// the Payment and the fingerprint of the request that created it.
 type paymentRow struct {
 	Payment
 	RequestHash []byte            `db:"request_hash"`
@@ -150,9 +150,7 @@ func (p *Payment) normalize() {
 
 // selectPaymentSQL reads one payment of a tenant.
 const selectPaymentSQL = `
-	SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	SELECT ` + paymentColumns + `
 	FROM payments
 	WHERE tenant_id = @tenant_id AND id = @payment_id`
 
@@ -210,9 +208,7 @@ func notFound(id string) error {
 // GetPayment reads one payment. Another tenant's payment is not_found.
 func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment, error) {
 	const q = `
-		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+		SELECT ` + paymentColumns + `
 		FROM payments
 		WHERE id = $1 AND ($2::bigint = 0 OR tenant_id = $2)`
 	rows, _ := s.pool.Query(ctx, q, id, sc.TenantID)
@@ -230,9 +226,7 @@ func (s *Service) GetPayment(ctx context.Context, sc Scope, id string) (Payment,
 // most one per tenant; staff scope may see several tenants'.
 func (s *Service) PaymentsByKey(ctx context.Context, sc Scope, key string) ([]Payment, error) {
 	const q = `
-		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+		SELECT ` + paymentColumns + `
 		FROM payments
 		WHERE idempotency_key = $1 AND ($2::bigint = 0 OR tenant_id = $2)
 		ORDER BY created_at DESC, id LIMIT 100`
@@ -279,9 +273,7 @@ func (s *Service) ListPayments(ctx context.Context, sc Scope, f ListFilter) ([]P
 		cursorAt, cursorID = &c.CreatedAt, c.ID
 	}
 	const q = `
-		SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-			provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-			capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+		SELECT ` + paymentColumns + `
 		FROM payments
 		WHERE ($1::bigint = 0 OR tenant_id = $1)
 		  AND ($2 = '' OR status = $2)

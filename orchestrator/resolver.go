@@ -81,9 +81,7 @@ const pickPendingPaymentsSQL = `
 		FOR UPDATE SKIP LOCKED
 	) picked
 	WHERE t.tenant_id = picked.picked_tenant AND t.id = picked.picked_id
-	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes`
+	RETURNING ` + paymentColumns
 
 // pickPendingOperationsSQL is pickPendingPaymentsSQL for captures,
 // cancels and refunds.

@@ -65,8 +65,9 @@ WITH p AS (
 			AND k.lock_token = (md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid)::uuid)
 	ON CONFLICT (tenant_id, id) DO NOTHING
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
+	request_hash, field_hashes
 ), attempt AS (
 	INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
 	SELECT tenant_id, id, 1, provider, ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))), 1, (now()) FROM p
@@ -83,7 +84,8 @@ WITH p AS (
 )
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
+	request_hash, field_hashes
 FROM p;
 
 -- (the provider creates the hold: HTTP, no SQL)
@@ -103,8 +105,9 @@ WITH p AS (
 		capture_before = (now() + interval '7 days'), failure_code = (NULL), updated_at = (now())
 	WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND status = 'pending' AND attempt = (1)
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
-		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes
+	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
+	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
+	request_hash, field_hashes
 ), attempt AS (
 	UPDATE payment_attempts a SET outcome = ('authorized'), code = (NULL),
 		provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), a.provider_ref),
@@ -121,6 +124,7 @@ WITH p AS (
 	UNION ALL
 	SELECT tenant_id, id, 'state_changed', NULL, NULL, NULL, NULL, 'pending', status, ('{}'::jsonb)::jsonb, (now())
 	FROM p
+
 ), complete AS (
 	UPDATE idempotency_keys k SET status = 'completed', response_status = (201),
 		response_headers = (('{"Location": "/v1/payments/' || 'pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || '", "Content-Type": "application/json"}')::jsonb), response_body = ('\x7b226964223a227061795f3766653362353337313365666366386636653163663833396266306463333064222c226f626a656374223a227061796d656e74222c2274656e616e745f6964223a312c22737461747573223a22617574686f72697a6564222c22616d6f756e745f6d696e6f72223a313030302c2263757272656e6379223a22455552222c2263617074757265645f6d696e6f72223a302c22726566756e6465645f6d696e6f72223a302c2270726f7669646572223a2266616b65222c2270726f76696465725f726566223a2266685f393066353431643539343539346164363038656534366263222c227061796d656e745f6d6574686f64223a22706d5f636172645f76697361222c226964656d706f74656e63795f6b6579223a22736372617463682d31222c226465736372697074696f6e223a22222c226d65746164617461223a7b7d2c226661696c7572655f636f6465223a6e756c6c2c22636170747572655f6265666f7265223a22323032362d31322d30395431323a31383a31332e3133353435335a222c22637265617465645f6174223a22323032362d31322d30325431323a31383a31332e3132323830365a222c22757064617465645f6174223a22323032362d31322d30325431323a31383a31332e3133363736385a227d0a'::bytea), payment_id = p.id,
@@ -132,6 +136,7 @@ WITH p AS (
 )
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
-	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization, request_hash, field_hashes,
+	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
+	request_hash, field_hashes,
 	EXISTS (SELECT 1 FROM complete) AS completed
 FROM p;
