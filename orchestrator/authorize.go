@@ -283,7 +283,7 @@ const saveReferenceSQL = `
 
 // authorizeAtProvider authorizes pending payment p at the connector of
 // its current attempt with that attempt's key, fails over to the next
-// connector of its route while that is safe (cascade.go), and records the
+// connector of its route while that is safe (failover.go), and records the
 // answer. counted says the call about to be made is counted already (by
 // the statement that started the attempt); otherwise it is counted first
 // (dispatch). Used by requests (byRequest) and the resolver, which never

@@ -91,7 +91,7 @@ type Payment struct {
 	RoutingVersion *int `json:"routing_version" db:"routing_version"`
 	// Attempt is the number of the attempt holding the payment, on
 	// Provider (the connector); attempts before it certainly moved no
-	// money (cascade.go).
+	// money (failover.go).
 	Attempt int `json:"attempt" db:"attempt"`
 	// Route is the connectors chosen for the payment when it was created,
 	// in order; later attempts follow it.

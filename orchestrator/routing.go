@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -33,6 +34,12 @@ const (
 	maxRulePaymentMethods = 100
 	maxConnectorNameLen   = 64
 )
+
+// paymentMethodRE is the shape of the payment methods a routing rule may
+// match on: the shape every adapter accepts today (Stripe's pm_… ids; the
+// fake copies it; see their CheckPaymentMethod). A payment's own method is
+// checked by its connector's adapter, not by this.
+var paymentMethodRE = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,100}$`)
 
 // RoutingRules are a tenant's routing: the first rule that matches a
 // payment picks its connectors; Default picks them when none does.

@@ -11,7 +11,7 @@ import (
 )
 
 // A payment that failed over left its earlier attempts on other connectors
-// (orchestrator/cascade.go): on each, the connector may hold an object for
+// (orchestrator/failover.go): on each, the connector may hold an object for
 // the payment, declined or never confirmed. Reconciling that connector,
 // such an object is matched to the earlier attempt, not reported as
 // missing locally: it is expected, as long as it holds no money. One that

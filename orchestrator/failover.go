@@ -1,6 +1,6 @@
 package orchestrator
 
-// Cascading: trying a payment's next connector when its attempt on one
+// Failover: trying a payment's next connector when its attempt on one
 // certainly moved no money.
 //
 // A payment has a route, the connectors chosen for it when it was created
@@ -41,7 +41,7 @@ package orchestrator
 //     changed and read the payment again.
 //   - The resolver never starts a next attempt (it settles an unknown
 //     outcome on the connector that may hold the money), and an unknown
-//     outcome, a hard decline or a rejection never cascades.
+//     outcome, a hard decline or a rejection never fails over.
 //
 // A crash, a lost lease or a concurrent duplicate can make a payment that
 // could have failed over stay pending on its connector instead; it can

@@ -1,6 +1,6 @@
 package orchestrator_test
 
-// Cascading across connectors (issue #14): the next connector is tried only
+// Failover across connectors: the next connector is tried only
 // when the attempt certainly moved no money, and never twice the money,
 // whatever runs concurrently or crashes.
 
@@ -103,10 +103,10 @@ func (e *moneyEnv) armAt(t *testing.T, connector, key string, n int, f fake.Faul
 	}
 }
 
-func TestCascade(t *testing.T) {
+func TestFailover(t *testing.T) {
 	t.Parallel()
 	shared := newConnectorWorld(t, 0, func(c *orchestrator.Config) {
-		// fake_b treats card_declined as soft, to see a decline cascade
+		// fake_b treats card_declined as soft, to see a decline fail over
 		// with the fake's own decline; fake_a keeps the default table.
 		c.Connectors = map[string]orchestrator.ConnectorOptions{"fake_b": {SoftDeclines: []string{"card_declined"}}}
 	}, "fake_a", "fake_b", "fake_c")

@@ -15,7 +15,7 @@ import (
 )
 
 // BenchmarkFailover measures what a failover after error_before_execute
-// adds to an authorization's latency (issue #14's aim: no more than one
+// adds to an authorization's latency (the aim: no more than one
 // extra provider round trip). One client, one request at a time, on the
 // durable cluster (fsync, synchronous_commit on), three variants
 // interleaved request by request so a busy machine slows them alike:
