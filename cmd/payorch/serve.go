@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/background"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
@@ -66,22 +68,7 @@ func openBackofficePool(ctx context.Context, cfg config, url string, tel *teleme
 // use pool; reconciliation and finance use backoffice.
 func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, logger *slog.Logger, tel *telemetry,
 	ready func(addr string, provs map[string]providers.Provider)) error {
-	tlsConfig, err := loadTLS(cfg)
-	if err != nil {
-		return err
-	}
-	var publicURL *url.URL
-	if cfg.PublicURL != "" {
-		if publicURL, err = cfg.publicURL(); err != nil {
-			return err
-		}
-	}
-	if cfg.AutoMigrate {
-		if err := migrateDirect(ctx, cfg, pool, logger); err != nil {
-			return err
-		}
-	}
-	m, err := migrations.New(pool)
+	tlsConfig, publicURL, m, err := prepareServe(ctx, cfg, pool, logger)
 	if err != nil {
 		return err
 	}
@@ -110,100 +97,11 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	if err != nil {
 		return err
 	}
-	switch {
-	case cfg.APIKeyCache && cfg.listenURL() == "":
-		logger.Warn("api key cache off: PAYORCH_DATABASE_POOLER=transaction and no DATABASE_DIRECT_URL to LISTEN on; " +
-			"every request reads its key, and every authorization its routing, from the database")
-	case cfg.APIKeyCache:
-		// Revocations reach it by NOTIFY; off whenever its listener is down.
-		stopKeyCache := svc.StartKeyCache(context.WithoutCancel(ctx))
-		defer stopKeyCache()
-	}
-	stopDebug, err := startDebug(cfg, logger)
+	metricsHandler, metricsAt, stopSide, err := startSideListeners(cfg, logger, tel)
 	if err != nil {
-		return fmt.Errorf("PAYORCH_DEBUG_LISTEN: %w", err)
+		return err
 	}
-	defer stopDebug()
-	// /metrics on its own address, or on the API's.
-	metricsHandler, metricsAt := tel.metrics, "/metrics"
-	if cfg.MetricsListen != "" {
-		stopMetrics, err := startMetrics(cfg, logger, tel.metrics)
-		if err != nil {
-			return fmt.Errorf("PAYORCH_METRICS_LISTEN: %w", err)
-		}
-		defer stopMetrics()
-		metricsHandler, metricsAt = nil, cfg.MetricsListen+"/metrics"
-	}
-
-	// Background services: settle pending payments, purge expired keys.
-	// Several instances may run them at once (SKIP LOCKED).
-	var workers []*orchestrator.Worker
-	if cfg.ResolverInterval > 0 {
-		workers = append(workers, orchestrator.NewWorker("resolver", cfg.ResolverInterval, cfg.ResolverInterval+cfg.ProviderTimeout*4, logger,
-			func(ctx context.Context) error {
-				st, err := svc.ResolvePending(ctx, cfg.ResolverMinAge, 100)
-				if st.Examined > 0 {
-					logger.InfoContext(ctx, "resolver pass", "examined", st.Examined, "settled", st.Settled, "still_pending", st.Pending, "errors", st.Errors)
-				}
-				return err
-			}))
-	}
-	if cfg.WebhookInterval > 0 {
-		workers = append(workers, orchestrator.NewWorker("webhooks", cfg.WebhookInterval, 2*orchestrator.WebhookTimeout+time.Minute, logger,
-			func(ctx context.Context) error {
-				// Passes follow each other at once while they find work,
-				// for up to 30 s (a pass takes at most one send timeout
-				// and its writes, well within the run's timeout: a pass
-				// cut short is rolled back and its deliveries sent again).
-				for start := time.Now(); time.Since(start) < 30*time.Second; {
-					st, err := svc.DeliverWebhooks(ctx)
-					if err != nil || st.Sent == 0 {
-						return err
-					}
-				}
-				return nil
-			}))
-	}
-	// History: next months' partitions made ahead, old ones dropped past
-	// the retention (hourly; every instance, serialised in the database).
-	workers = append(workers, orchestrator.NewWorker("history", time.Hour, time.Minute, logger,
-		func(ctx context.Context) error {
-			m, err := svc.MaintainHistory(ctx, orchestrator.HistoryRetention{Payments: cfg.HistoryRetentionMonths,
-				Events: cfg.EventsRetentionMonths})
-			if m != (orchestrator.HistoryMaintenance{}) {
-				logger.InfoContext(ctx, "history partitions", "created", m.Created, "dropped", m.Dropped)
-			}
-			return err
-		}))
-	if cfg.HoldSweepInterval > 0 {
-		// Holds: warn before the deadline, act on it, expire at it.
-		workers = append(workers, orchestrator.NewWorker("hold-sweeper", cfg.HoldSweepInterval,
-			cfg.HoldSweepInterval+cfg.ProviderTimeout*4, logger,
-			func(ctx context.Context) error {
-				st, err := svc.SweepHolds(ctx)
-				if st != (orchestrator.HoldStats{}) {
-					logger.InfoContext(ctx, "hold sweeper pass", "warned", st.Warned, "acted", st.Acted,
-						"expired", st.Expired, "extended", st.Extended, "errors", st.Errors)
-				}
-				return err
-			}))
-	}
-	if cfg.SweepInterval > 0 {
-		workers = append(workers, orchestrator.NewWorker("key-sweeper", cfg.SweepInterval, time.Minute, logger,
-			func(ctx context.Context) error {
-				total := 0
-				for {
-					n, err := svc.PurgeExpiredKeys(ctx, 1000)
-					total += n
-					if err != nil || n < 1000 {
-						if total > 0 {
-							logger.InfoContext(ctx, "expired idempotency keys purged", "count", total)
-						}
-						return err
-					}
-				}
-			}))
-	}
+	defer stopSide()
 	replica, err := openReplicaPool(ctx, cfg, logger, tel)
 	if err != nil {
 		return err
@@ -212,40 +110,83 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		defer replica.Close()
 	}
 	rec := newReconciler(cfg, backoffice, replica, logger, provs, tel)
-	if cfg.SweepInterval > 0 {
-		// A run whose instance died is recorded failed, and announced.
-		workers = append(workers, orchestrator.NewWorker("abandoned-runs", cfg.SweepInterval, time.Minute, logger,
-			func(ctx context.Context) error {
-				n, err := rec.FailAbandoned(ctx)
-				if n > 0 {
-					logger.WarnContext(ctx, "abandoned reconciliation runs recorded failed", "count", n)
-				}
-				return err
-			}))
+	jobs, err := backgroundJobs(cfg, svc, rec, logger)
+	if err != nil {
+		return err
 	}
-	for _, w := range workers {
-		w.Start(context.WithoutCancel(ctx))
-	}
-	defer func() {
-		for _, w := range workers {
-			w.Stop()
-		}
-	}()
+	stopJobs := background.Start(context.WithoutCancel(ctx), jobs...)
+	defer stopJobs()
 
-	if cfg.ReconcileSchedule != "off" {
-		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
-		if err != nil {
-			return fmt.Errorf("PAYORCH_RECONCILE_SCHEDULE: %w", err)
-		}
-		sched.Start(context.WithoutCancel(ctx))
-		defer sched.Stop()
+	srv := newAPIServer(cfg, svc, rec, logger, tel, metricsHandler, publicURL, tlsConfig)
+	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
+		"metrics", metricsAt, "otlp_traces", tel.exporting)
+	if ready != nil {
+		ready(l.Addr().String(), provs)
 	}
+	if err := srv.Serve(ctx, l); err != nil {
+		return err
+	}
+	logger.Info("payorch stopped")
+	return nil
+}
 
+// prepareServe loads the TLS certificate (nil: plain HTTP) and the public
+// URL (nil: none set), and migrates unless told not to; the Migrator it
+// returns tells /readyz whether the schema is current.
+func prepareServe(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) (*tls.Config, *url.URL,
+	*migrations.Migrator, error) {
+	tlsConfig, err := loadTLS(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var publicURL *url.URL
+	if cfg.PublicURL != "" {
+		if publicURL, err = cfg.publicURL(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if cfg.AutoMigrate {
+		if err := migrateDirect(ctx, cfg, pool, logger); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	m, err := migrations.New(pool)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return tlsConfig, publicURL, m, nil
+}
+
+// startSideListeners starts what listens beside the API: the debug
+// listener (PAYORCH_DEBUG_LISTEN) and /metrics on its own address
+// (PAYORCH_METRICS_LISTEN). metricsHandler is what the API serves at
+// /metrics: nil when metrics have their own address. stop closes both.
+func startSideListeners(cfg config, logger *slog.Logger, tel *telemetry) (metricsHandler http.Handler, metricsAt string,
+	stop func(), err error) {
+	stopDebug, err := startDebug(cfg, logger)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("PAYORCH_DEBUG_LISTEN: %w", err)
+	}
+	if cfg.MetricsListen == "" {
+		return tel.metrics, "/metrics", stopDebug, nil
+	}
+	stopMetrics, err := startMetrics(cfg, logger, tel.metrics)
+	if err != nil {
+		stopDebug()
+		return nil, "", nil, fmt.Errorf("PAYORCH_METRICS_LISTEN: %w", err)
+	}
+	return nil, cfg.MetricsListen + "/metrics", func() { stopMetrics(); stopDebug() }, nil
+}
+
+// newAPIServer is the HTTP API, the console and the health and metrics
+// endpoints, as cfg configures them.
+func newAPIServer(cfg config, svc *orchestrator.Service, rec *reconcile.Reconciler, logger *slog.Logger, tel *telemetry,
+	metricsHandler http.Handler, publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
 	signInLimit := cfg.ConsoleSignInLimit
 	if signInLimit == 0 {
 		signInLimit = -1 // off
 	}
-	srv := httpapi.New(httpapi.Config{
+	return httpapi.New(httpapi.Config{
 		Reconciler:       rec,
 		Service:          svc,
 		Logger:           logger,
@@ -261,16 +202,46 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		PublicURL:          publicURL,
 		TLSConfig:          tlsConfig,
 	})
-	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
-		"metrics", metricsAt, "otlp_traces", tel.exporting)
-	if ready != nil {
-		ready(l.Addr().String(), provs)
+}
+
+// backgroundJobs is everything `serve` runs besides the API, in the order
+// it is started (and the reverse of the order it is stopped): the key
+// cache's listener first, so that requests answered meanwhile use it;
+// then the jobs that settle and sweep; the reconciliation schedule last.
+// Several instances may run all of them at once. A job whose interval is
+// 0 is off.
+func backgroundJobs(cfg config, svc *orchestrator.Service, rec *reconcile.Reconciler, logger *slog.Logger) ([]background.Job, error) {
+	var jobs []background.Job
+	switch {
+	case cfg.APIKeyCache && cfg.listenURL() == "":
+		logger.Warn("api key cache off: PAYORCH_DATABASE_POOLER=transaction and no DATABASE_DIRECT_URL to LISTEN on; " +
+			"every request reads its key, and every authorization its routing, from the database")
+	case cfg.APIKeyCache:
+		// Revocations reach it by NOTIFY; off whenever its listener is down.
+		jobs = append(jobs, svc.KeyCacheJob())
 	}
-	if err := srv.Serve(ctx, l); err != nil {
-		return err
+	if cfg.ResolverInterval > 0 {
+		jobs = append(jobs, svc.ResolverJob(cfg.ResolverInterval, cfg.ResolverMinAge, cfg.ProviderTimeout))
 	}
-	logger.Info("payorch stopped")
-	return nil
+	if cfg.WebhookInterval > 0 {
+		jobs = append(jobs, svc.WebhookJob(cfg.WebhookInterval))
+	}
+	jobs = append(jobs, svc.HistoryJob(orchestrator.HistoryRetention{Payments: cfg.HistoryRetentionMonths,
+		Events: cfg.EventsRetentionMonths}))
+	if cfg.HoldSweepInterval > 0 {
+		jobs = append(jobs, svc.HoldSweeperJob(cfg.HoldSweepInterval, cfg.ProviderTimeout))
+	}
+	if cfg.SweepInterval > 0 {
+		jobs = append(jobs, svc.KeySweeperJob(cfg.SweepInterval), rec.AbandonedRunsJob(cfg.SweepInterval))
+	}
+	if cfg.ReconcileSchedule != "off" {
+		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
+		if err != nil {
+			return nil, fmt.Errorf("PAYORCH_RECONCILE_SCHEDULE: %w", err)
+		}
+		jobs = append(jobs, sched)
+	}
+	return jobs, nil
 }
 
 // loadTLS loads PAYORCH_TLS_CERT and PAYORCH_TLS_KEY: nil when neither is

@@ -1,4 +1,4 @@
-package orchestrator
+package background
 
 import (
 	"context"
@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// Worker runs a function every interval, each run under a timeout, until
-// Stop. It is how the resolver and the key sweeper run inside `serve`.
+// Worker is a Job that runs a function every interval, each run under a
+// timeout, until Stop; the first run is at Start. Several instances may
+// run the same Worker at once: the work it calls makes that safe (SKIP
+// LOCKED, advisory locks, leases).
 type Worker struct {
 	name     string
 	interval time.Duration
@@ -26,6 +28,9 @@ type Worker struct {
 func NewWorker(name string, interval, timeout time.Duration, logger *slog.Logger, run func(context.Context) error) *Worker {
 	return &Worker{name: name, interval: interval, timeout: timeout, run: run, logger: logger}
 }
+
+// Name is the worker's name, as its errors are logged.
+func (w *Worker) Name() string { return w.name }
 
 // Start runs the worker in the background; the first run is immediate.
 func (w *Worker) Start(ctx context.Context) {
