@@ -108,12 +108,7 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 		return err
 	}
 	if r := begin.Replay; r != nil {
-		h := c.Response().Header()
-		for k, v := range r.Header {
-			h.Set(k, v)
-		}
-		h.Set(headerIdempotentReplayed, "true")
-		return c.Blob(r.Status, r.Header[echo.HeaderContentType], r.Body)
+		return sendReplay(c, r)
 	}
 	claim := begin.Claim
 
@@ -169,6 +164,17 @@ func (s *Server) idempotent(c echo.Context, op, key string, fp orchestrator.Fing
 		c.Response().Header().Set(echo.HeaderLocation, res.location)
 	}
 	return c.JSON(res.status, res.body)
+}
+
+// sendReplay answers a replayed key with its stored answer, headers and
+// all, marked Idempotent-Replayed.
+func sendReplay(c echo.Context, r *orchestrator.StoredResponse) error {
+	h := c.Response().Header()
+	for k, v := range r.Header {
+		h.Set(k, v)
+	}
+	h.Set(headerIdempotentReplayed, "true")
+	return c.Blob(r.Status, r.Header[echo.HeaderContentType], r.Body)
 }
 
 // sendStored answers with a stored response as it was stored.

@@ -68,29 +68,14 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 
-	dbURL := cfg.DatabaseURL
-	if dbURL == "" {
-		cluster, err := startDevCluster(ctx, cfg, dataDir, logger, stdout)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := cluster.Stop(sctx); err != nil {
-				logger.Error("postgres stop", "error", err)
-			} else {
-				logger.Info("postgres stopped")
-			}
-		}()
-		if err := ensureDatabase(ctx, cluster.TCPConnString("postgres"), devDatabase); err != nil {
-			return err
-		}
-		dbURL = cluster.TCPConnString(devDatabase)
-		// From here on it is the database, as DATABASE_URL would be: the
-		// key cache's LISTEN connection (cfg.listenURL) uses it too.
-		cfg.DatabaseURL = dbURL
+	dbURL, stopCluster, err := devDatabaseURL(ctx, cfg, dataDir, logger, stdout)
+	if err != nil {
+		return err
 	}
+	defer stopCluster()
+	// From here on it is the database, as DATABASE_URL would be: the key
+	// cache's LISTEN connection (cfg.listenURL) uses it too.
+	cfg.DatabaseURL = dbURL
 
 	pool, err := openPool(ctx, cfg, dbURL, tel)
 	if err != nil {
@@ -119,6 +104,33 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		printDevBanner(stdout, scheme+addr, dbURL, keys)
 		printDevConnectors(stdout, cfg, provs)
 	})
+}
+
+// devDatabaseURL is DATABASE_URL when set; otherwise it starts the
+// embedded cluster in dataDir, makes sure its database exists and returns
+// its URL and what stops the cluster.
+func devDatabaseURL(ctx context.Context, cfg config, dataDir string, logger *slog.Logger, stdout io.Writer) (string, func(), error) {
+	if cfg.DatabaseURL != "" {
+		return cfg.DatabaseURL, func() {}, nil
+	}
+	cluster, err := startDevCluster(ctx, cfg, dataDir, logger, stdout)
+	if err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(sctx); err != nil {
+			logger.Error("postgres stop", "error", err)
+		} else {
+			logger.Info("postgres stopped")
+		}
+	}
+	if err := ensureDatabase(ctx, cluster.TCPConnString("postgres"), devDatabase); err != nil {
+		stop()
+		return "", nil, err
+	}
+	return cluster.TCPConnString(devDatabase), stop, nil
 }
 
 // devConnectors returns cfg with the connectors `dev` runs. With

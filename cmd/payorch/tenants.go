@@ -119,23 +119,7 @@ func cmdAPIKeys(ctx context.Context, cfg config, args []string, stdout io.Writer
 		fmt.Fprintf(stdout, "%s key %s created\nAPI key (shown once): %s\n", k.Role, k.ID, secret)
 		return nil
 	case "list":
-		keys, err := svc.ListAPIKeys(ctx, *tenant)
-		if err != nil {
-			return cliError(err)
-		}
-		if *asJSON {
-			if keys == nil {
-				keys = []orchestrator.APIKey{}
-			}
-			return printJSON(stdout, keys)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tROLE\tTENANT\tCREATED\tLAST USED\tREVOKED\tDESCRIPTION")
-		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Role, optInt(k.TenantID),
-				k.CreatedAt.UTC().Format("2006-01-02 15:04Z"), optTime(k.LastUsedAt), optTime(k.RevokedAt), k.Description)
-		}
-		return tw.Flush()
+		return listAPIKeys(ctx, svc, *tenant, *asJSON, stdout)
 	case "revoke":
 		k, err := svc.RevokeAPIKey(ctx, positional[0])
 		if err != nil {
@@ -148,6 +132,27 @@ func cmdAPIKeys(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return nil
 	}
 	return usageError{fmt.Sprintf("apikeys: unknown subcommand %q", sub)}
+}
+
+// listAPIKeys prints the keys (of tenant, unless 0) as JSON or a table.
+func listAPIKeys(ctx context.Context, svc *orchestrator.Service, tenant int64, asJSON bool, stdout io.Writer) error {
+	keys, err := svc.ListAPIKeys(ctx, tenant)
+	if err != nil {
+		return cliError(err)
+	}
+	if asJSON {
+		if keys == nil {
+			keys = []orchestrator.APIKey{}
+		}
+		return printJSON(stdout, keys)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tTENANT\tCREATED\tLAST USED\tREVOKED\tDESCRIPTION")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Role, optInt(k.TenantID),
+			k.CreatedAt.UTC().Format("2006-01-02 15:04Z"), optTime(k.LastUsedAt), optTime(k.RevokedAt), k.Description)
+	}
+	return tw.Flush()
 }
 
 // cliError shows an application error's client-safe message; anything else

@@ -77,19 +77,9 @@ type Formation struct {
 	Nodes   []*Node
 }
 
-// Start creates and runs the monitor, then each node in turn (the first
-// becomes the primary, the others standbys cloned from it), and waits until
-// every node reports the state the monitor assigned it.
-func Start(ctx context.Context, cfg Config) (*Formation, error) {
-	if cfg.Nodes == 0 {
-		cfg.Nodes = 2
-	}
-	if cfg.DBName == "" {
-		cfg.DBName = "postgres"
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 2 * time.Minute
-	}
+// newFormation finds pg_autoctl and PostgreSQL's binaries and prepares
+// cfg.Dir and the environment pg_autoctl runs in; nothing is started.
+func newFormation(cfg Config) (*Formation, error) {
 	autoctl, err := exec.LookPath("pg_autoctl")
 	if err != nil {
 		return nil, ErrNoBinary
@@ -118,6 +108,26 @@ func Start(ctx context.Context, cfg Config) (*Formation, error) {
 		"XDG_CONFIG_HOME=" + filepath.Join(cfg.Dir, "config"), "XDG_DATA_HOME=" + filepath.Join(cfg.Dir, "share"),
 		"XDG_RUNTIME_DIR=" + filepath.Join(cfg.Dir, "run"), "PG_REGRESS_SOCK_DIR=" + sock, "PGHOST=" + sock}
 
+	return f, nil
+}
+
+// Start creates and runs the monitor, then each node in turn (the first
+// becomes the primary, the others standbys cloned from it), and waits until
+// every node reports the state the monitor assigned it.
+func Start(ctx context.Context, cfg Config) (*Formation, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 2
+	}
+	if cfg.DBName == "" {
+		cfg.DBName = "postgres"
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 2 * time.Minute
+	}
+	f, err := newFormation(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ports, err := freePorts(cfg.Nodes + 1)
 	if err != nil {
 		return nil, err
@@ -155,25 +165,29 @@ func Start(ctx context.Context, cfg Config) (*Formation, error) {
 		}
 	}
 	if cfg.NumberSyncStandbys > 0 {
-		// What `pg_autoctl set formation number-sync-standbys` runs; the
-		// command itself (2.0) reads a stale errno and refuses any value.
-		if _, err := f.query(ctx, f.monitor, "pg_auto_failover",
-			fmt.Sprintf(`SELECT pgautofailover.set_formation_number_sync_standbys('default', %d)::text`, cfg.NumberSyncStandbys)); err != nil {
-			_ = f.Stop(context.Background())
-			return nil, fmt.Errorf("pgautofailover: number_sync_standbys: %w", err)
-		}
-		// The primary applies the new synchronous_standby_names
-		// (apply_settings) and returns to primary.
-		if err := f.waitSyncNames(ctx); err != nil {
-			_ = f.Stop(context.Background())
-			return nil, err
-		}
-		if err := f.WaitStable(ctx, cfg.StartTimeout, cfg.Nodes); err != nil {
+		if err := f.requireSyncStandbys(ctx); err != nil {
 			_ = f.Stop(context.Background())
 			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// requireSyncStandbys sets the formation's number_sync_standbys to the
+// configured number and waits until the primary applies it.
+func (f *Formation) requireSyncStandbys(ctx context.Context) error {
+	// What `pg_autoctl set formation number-sync-standbys` runs; the
+	// command itself (2.0) reads a stale errno and refuses any value.
+	if _, err := f.query(ctx, f.monitor, "pg_auto_failover",
+		fmt.Sprintf(`SELECT pgautofailover.set_formation_number_sync_standbys('default', %d)::text`, f.cfg.NumberSyncStandbys)); err != nil {
+		return fmt.Errorf("pgautofailover: number_sync_standbys: %w", err)
+	}
+	// The primary applies the new synchronous_standby_names
+	// (apply_settings) and returns to primary.
+	if err := f.waitSyncNames(ctx); err != nil {
+		return err
+	}
+	return f.WaitStable(ctx, f.cfg.StartTimeout, f.cfg.Nodes)
 }
 
 // waitSyncNames waits up to the start timeout until the primary's

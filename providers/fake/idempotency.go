@@ -97,45 +97,9 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 	}
 
 	scope := r.Pattern + "\x00" + key
-	s.mu.Lock()
-	entry, found := s.keys[scope]
-	var refuse *apiError
-	switch {
-	case !found:
-		entry = &keyEntry{fingerprint: fp}
-		s.keys[scope] = entry
-	case entry.fingerprint != fp:
-		refuse = &apiError{status: http.StatusBadRequest, wireError: wireError{
-			Type: typeIdempotency, Code: providers.CodeIdempotencyMismatch,
-			Message: "this Idempotency-Key was used with other parameters on this endpoint",
-		}}
-	case !entry.done:
-		refuse = &apiError{status: http.StatusConflict, wireError: wireError{
-			Type: typeIdempotency, Code: providers.CodeIdempotencyKeyInUse,
-			Message: "a request with this Idempotency-Key is still executing; retry later",
-		}}
-	}
-	var replayStatus int
-	var replayBody []byte
-	if found && refuse == nil {
-		replayStatus, replayBody = entry.status, entry.body
-	}
-	s.mu.Unlock()
-
+	entry, found, refuse, replayStatus, replayBody := s.claimKey(scope, fp)
 	if found {
-		s.sleep(r.Context().Done(), plan.latency)
-		if plan.timeout {
-			s.hang(r)
-		}
-		if refuse != nil {
-			if refuse.status == http.StatusConflict {
-				w.Header().Set("Retry-After", "1")
-			}
-			writeError(w, refuse)
-			return
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeRaw(w, replayStatus, replayBody)
+		s.answerKnownKey(w, r, plan, refuse, replayStatus, replayBody)
 		return
 	}
 
@@ -180,4 +144,51 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 		s.hang(r)
 	}
 	writeRaw(w, status, body)
+}
+
+// answerKnownKey answers a request whose key was known (after the armed
+// latency, or never for a timeout fault): refused, or the stored answer
+// replayed.
+func (s *Server) answerKnownKey(w http.ResponseWriter, r *http.Request, plan faultPlan, refuse *apiError, status int, body []byte) {
+	s.sleep(r.Context().Done(), plan.latency)
+	if plan.timeout {
+		s.hang(r)
+	}
+	if refuse != nil {
+		if refuse.status == http.StatusConflict {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, refuse)
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	writeRaw(w, status, body)
+}
+
+// claimKey looks scope's key up: absent, it is claimed for this request
+// (found false); present, the request is refused (another body under the
+// key, or its first request still executing) or gets the stored answer.
+func (s *Server) claimKey(scope string, fp [32]byte) (entry *keyEntry, found bool, refuse *apiError, replayStatus int, replayBody []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entry, found = s.keys[scope]
+	switch {
+	case !found:
+		entry = &keyEntry{fingerprint: fp}
+		s.keys[scope] = entry
+	case entry.fingerprint != fp:
+		refuse = &apiError{status: http.StatusBadRequest, wireError: wireError{
+			Type: typeIdempotency, Code: providers.CodeIdempotencyMismatch,
+			Message: "this Idempotency-Key was used with other parameters on this endpoint",
+		}}
+	case !entry.done:
+		refuse = &apiError{status: http.StatusConflict, wireError: wireError{
+			Type: typeIdempotency, Code: providers.CodeIdempotencyKeyInUse,
+			Message: "a request with this Idempotency-Key is still executing; retry later",
+		}}
+	}
+	if found && refuse == nil {
+		replayStatus, replayBody = entry.status, entry.body
+	}
+	return entry, found, refuse, replayStatus, replayBody
 }

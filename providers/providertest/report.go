@@ -48,6 +48,39 @@ func testReportListsTheDaysHolds(t *testing.T, s *suite) {
 		providers.StatusDeclined, 0, 0)
 
 	to := time.Now().Add(time.Minute)
+	total := checkReportRows(t, s, from, to, want)
+
+	// A day before the holds existed lists none of them.
+	err := s.p.Report(s.ctx, providers.ReportRequest{From: from.Add(-48 * time.Hour), To: from.Add(-24 * time.Hour)},
+		func(r providers.ReportRow) error {
+			if _, ok := want[r.Ref]; ok {
+				t.Errorf("yesterday's report lists today's hold %s", r.Ref)
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatalf("Report of yesterday: %v", err)
+	}
+
+	// Report stops at fn's first error and returns it.
+	stop := errors.New("stop here")
+	calls := 0
+	err = s.p.Report(s.ctx, providers.ReportRequest{From: from, To: to}, func(providers.ReportRow) error {
+		calls++
+		return stop
+	})
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("Report with a failing fn: %v after %d calls, want %v after 1", err, calls, stop)
+	}
+	if total < len(want) {
+		t.Errorf("report has %d rows, fewer than the %d holds made", total, len(want))
+	}
+}
+
+// checkReportRows checks that the report of [from, to) lists each of
+// want's holds once, as want has it, and returns how many rows it listed.
+func checkReportRows(t *testing.T, s *suite, from, to time.Time, want map[string]providers.ReportRow) int {
+	t.Helper()
 	got := map[string][]providers.ReportRow{}
 	total := 0
 	err := s.p.Report(s.ctx, providers.ReportRequest{From: from, To: to}, func(r providers.ReportRow) error {
@@ -76,30 +109,5 @@ func testReportListsTheDaysHolds(t *testing.T, s *suite) {
 				ref, r.CreatedAt, r.UpdatedAt, from, to)
 		}
 	}
-
-	// A day before the holds existed lists none of them.
-	err = s.p.Report(s.ctx, providers.ReportRequest{From: from.Add(-48 * time.Hour), To: from.Add(-24 * time.Hour)},
-		func(r providers.ReportRow) error {
-			if _, ok := want[r.Ref]; ok {
-				t.Errorf("yesterday's report lists today's hold %s", r.Ref)
-			}
-			return nil
-		})
-	if err != nil {
-		t.Fatalf("Report of yesterday: %v", err)
-	}
-
-	// Report stops at fn's first error and returns it.
-	stop := errors.New("stop here")
-	calls := 0
-	err = s.p.Report(s.ctx, providers.ReportRequest{From: from, To: to}, func(providers.ReportRow) error {
-		calls++
-		return stop
-	})
-	if !errors.Is(err, stop) || calls != 1 {
-		t.Errorf("Report with a failing fn: %v after %d calls, want %v after 1", err, calls, stop)
-	}
-	if total < len(want) {
-		t.Errorf("report has %d rows, fewer than the %d holds made", total, len(want))
-	}
+	return total
 }
