@@ -317,127 +317,62 @@ func defaultConfig() config {
 	}
 }
 
+// envReader reads variables over a config's defaults, collecting every
+// malformed value (so that one start names them all).
+type envReader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (e *envReader) str(name string, dst *string) {
+	if v := e.getenv(name); v != "" {
+		*dst = v
+	}
+}
+
+func (e *envReader) num(name string, dst *int) {
+	if v := e.getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q is not an integer", name, v))
+			return
+		}
+		*dst = n
+	}
+}
+
+func (e *envReader) boolean(name string, dst *bool) {
+	if v := e.getenv(name); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q is not true or false", name, v))
+			return
+		}
+		*dst = b
+	}
+}
+
+func (e *envReader) dur(name string, dst *time.Duration) {
+	if v := e.getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q is not a duration (e.g. 30s)", name, v))
+			return
+		}
+		*dst = d
+	}
+}
+
 // loadConfig reads the environment over the defaults and validates.
 func loadConfig(getenv func(string) string) (config, error) {
 	c := defaultConfig()
-	var errs []error
-	str := func(name string, dst *string) {
-		if v := getenv(name); v != "" {
-			*dst = v
-		}
-	}
-	num := func(name string, dst *int) {
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
-				return
-			}
-			*dst = n
-		}
-	}
-	str("DATABASE_URL", &c.DatabaseURL)
-	str("PAYORCH_DATABASE_POOLER", &c.DatabasePooler)
-	str("DATABASE_DIRECT_URL", &c.DatabaseDirectURL)
-	str("DATABASE_READ_URL", &c.DatabaseReadURL)
-	str("PAYORCH_LISTEN", &c.Listen)
-	str("PAYORCH_LOG_LEVEL", &c.LogLevel)
-	str("PAYORCH_DATA_DIR", &c.DataDir)
-	str("PAYORCH_PG_BIN", &c.PGBin)
-	num("PAYORCH_DEV_PG_PORT", &c.DevPGPort)
-	num("PAYORCH_DB_MAX_CONNS", &c.DBMaxConns)
-	num("PAYORCH_BACKOFFICE_MAX_CONNS", &c.BackofficeMaxConns)
-	if v := getenv("PAYORCH_RATE_LIMIT"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("PAYORCH_RATE_LIMIT: %q is not a number", v))
-		}
-		c.RateLimit = f
-	}
-	num("PAYORCH_CONSOLE_SIGNIN_LIMIT", &c.ConsoleSignInLimit)
-	if v := getenv("PAYORCH_TRUSTED_PROXIES"); v != "" {
-		for _, f := range strings.Split(v, ",") {
-			f = strings.TrimSpace(f)
-			p, err := netip.ParsePrefix(f)
-			if a, aerr := netip.ParseAddr(f); aerr == nil {
-				p, err = netip.PrefixFrom(a, a.BitLen()), nil
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("PAYORCH_TRUSTED_PROXIES: %q is not an address or CIDR range", f))
-				continue
-			}
-			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
-		}
-	}
-	boolean := func(name string, dst *bool) {
-		if v := getenv(name); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not true or false", name, v))
-				return
-			}
-			*dst = b
-		}
-	}
-	boolean("PAYORCH_AUTO_MIGRATE", &c.AutoMigrate)
-	boolean("PAYORCH_REQUIRE_SYNC_STANDBY", &c.RequireSyncStandby)
-	boolean("PAYORCH_API_KEY_CACHE", &c.APIKeyCache)
-	num("PAYORCH_REPLAY_CACHE", &c.ReplayCache)
-	dur := func(name string, dst *time.Duration) {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration (e.g. 30s)", name, v))
-				return
-			}
-			*dst = d
-		}
-	}
-	dur("PAYORCH_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
-	dur("PAYORCH_READ_REPLICA_MAX_WAIT", &c.ReadReplicaMaxWait)
-	dur("PAYORCH_PROVIDER_TIMEOUT", &c.ProviderTimeout)
-	dur("PAYORCH_IDEMPOTENCY_TTL", &c.IdempotencyTTL)
-	dur("PAYORCH_IDEMPOTENCY_LEASE", &c.IdempotencyLease)
-	dur("PAYORCH_RESOLVER_INTERVAL", &c.ResolverInterval)
-	dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
-	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
-	dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
-	num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
-	dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
-	num("PAYORCH_HISTORY_RETENTION_MONTHS", &c.HistoryRetentionMonths)
-	num("PAYORCH_EVENTS_RETENTION_MONTHS", &c.EventsRetentionMonths)
-	dur("PAYORCH_HOLD_EXPIRING_LEAD", &c.HoldExpiringLead)
-	dur("PAYORCH_HOLD_ACTION_LEAD", &c.HoldActionLead)
-	boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
-	c.webhookAllowPrivateSet = getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
-	str("PAYORCH_ENVIRONMENT", &c.Environment)
-	str("PAYORCH_FAKE_URL", &c.FakeURL)
-	str("PAYORCH_FAKE_TOKEN", &c.FakeToken)
-	str("PAYORCH_FAKE_STATE", &c.FakeState)
-	str("PAYORCH_FAKE_WEBHOOK_SECRET", &c.FakeWebhookSecret)
-	str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
-	str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
-	dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
-	str("PAYORCH_DEFAULT_PROVIDER", &c.DefaultProvider)
-	str("STRIPE_SECRET_KEY", &c.StripeSecretKey)
-	str("STRIPE_API_BASE", &c.StripeAPIBase)
-	dur("STRIPE_TIMEOUT", &c.StripeTimeout)
-	str("STRIPE_WEBHOOK_SECRET", &c.StripeWebhookSecret)
-	str("PAYORCH_DEBUG_LISTEN", &c.DebugListen)
-	str("PAYORCH_PUBLIC_URL", &c.PublicURL)
-	str("PAYORCH_TLS_CERT", &c.TLSCert)
-	str("PAYORCH_TLS_KEY", &c.TLSKey)
-	str("PAYORCH_METRICS_LISTEN", &c.MetricsListen)
-	str("OTEL_EXPORTER_OTLP_ENDPOINT", &c.OTLPEndpoint)
-	str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
-	str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
-	str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", &c.OTLPProtocol)
-	num("PAYORCH_MAX_ATTEMPTS", &c.MaxAttempts)
-	dur("PAYORCH_BREAKER_WINDOW", &c.Breaker.Window)
-	num("PAYORCH_BREAKER_MIN_CALLS", &c.Breaker.MinCalls)
-	num("PAYORCH_BREAKER_ERROR_PERCENT", &c.Breaker.ErrorPercent)
-	dur("PAYORCH_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
-	if err := errors.Join(errs...); err != nil {
+	e := &envReader{getenv: getenv}
+	c.readDatabase(e)
+	c.readHTTP(e)
+	c.readJobs(e)
+	c.readProviders(e)
+	c.readTelemetry(e)
+	if err := errors.Join(e.errs...); err != nil {
 		return c, err
 	}
 	var err error
@@ -456,8 +391,122 @@ func loadConfig(getenv func(string) string) (config, error) {
 	return c, c.validate()
 }
 
+// readDatabase reads where the database is and how payorch uses it.
+func (c *config) readDatabase(e *envReader) {
+	e.str("DATABASE_URL", &c.DatabaseURL)
+	e.str("PAYORCH_DATABASE_POOLER", &c.DatabasePooler)
+	e.str("DATABASE_DIRECT_URL", &c.DatabaseDirectURL)
+	e.str("DATABASE_READ_URL", &c.DatabaseReadURL)
+	e.str("PAYORCH_DATA_DIR", &c.DataDir)
+	e.str("PAYORCH_PG_BIN", &c.PGBin)
+	e.num("PAYORCH_DEV_PG_PORT", &c.DevPGPort)
+	e.num("PAYORCH_DB_MAX_CONNS", &c.DBMaxConns)
+	e.num("PAYORCH_BACKOFFICE_MAX_CONNS", &c.BackofficeMaxConns)
+	e.boolean("PAYORCH_AUTO_MIGRATE", &c.AutoMigrate)
+	e.boolean("PAYORCH_REQUIRE_SYNC_STANDBY", &c.RequireSyncStandby)
+	e.dur("PAYORCH_READ_REPLICA_MAX_WAIT", &c.ReadReplicaMaxWait)
+	e.num("PAYORCH_HISTORY_RETENTION_MONTHS", &c.HistoryRetentionMonths)
+	e.num("PAYORCH_EVENTS_RETENTION_MONTHS", &c.EventsRetentionMonths)
+}
+
+// readHTTP reads how the API listens and whom it trusts.
+func (c *config) readHTTP(e *envReader) {
+	e.str("PAYORCH_LISTEN", &c.Listen)
+	if v := e.getenv("PAYORCH_RATE_LIMIT"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("PAYORCH_RATE_LIMIT: %q is not a number", v))
+		}
+		c.RateLimit = f
+	}
+	e.num("PAYORCH_CONSOLE_SIGNIN_LIMIT", &c.ConsoleSignInLimit)
+	if v := e.getenv("PAYORCH_TRUSTED_PROXIES"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			p, err := netip.ParsePrefix(f)
+			if a, aerr := netip.ParseAddr(f); aerr == nil {
+				p, err = netip.PrefixFrom(a, a.BitLen()), nil
+			}
+			if err != nil {
+				e.errs = append(e.errs, fmt.Errorf("PAYORCH_TRUSTED_PROXIES: %q is not an address or CIDR range", f))
+				continue
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+		}
+	}
+	e.boolean("PAYORCH_API_KEY_CACHE", &c.APIKeyCache)
+	e.num("PAYORCH_REPLAY_CACHE", &c.ReplayCache)
+	e.dur("PAYORCH_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	e.dur("PAYORCH_IDEMPOTENCY_TTL", &c.IdempotencyTTL)
+	e.dur("PAYORCH_IDEMPOTENCY_LEASE", &c.IdempotencyLease)
+	e.str("PAYORCH_ENVIRONMENT", &c.Environment)
+	e.str("PAYORCH_PUBLIC_URL", &c.PublicURL)
+	e.str("PAYORCH_TLS_CERT", &c.TLSCert)
+	e.str("PAYORCH_TLS_KEY", &c.TLSKey)
+}
+
+// readJobs reads the background jobs' settings: intervals, webhook
+// delivery, holds and reconciliation.
+func (c *config) readJobs(e *envReader) {
+	e.dur("PAYORCH_RESOLVER_INTERVAL", &c.ResolverInterval)
+	e.dur("PAYORCH_RESOLVER_MIN_AGE", &c.ResolverMinAge)
+	e.dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
+	e.dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
+	e.num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
+	e.boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
+	c.webhookAllowPrivateSet = e.getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
+	e.dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
+	e.dur("PAYORCH_HOLD_EXPIRING_LEAD", &c.HoldExpiringLead)
+	e.dur("PAYORCH_HOLD_ACTION_LEAD", &c.HoldActionLead)
+	e.str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
+	e.str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
+	e.dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
+}
+
+// readProviders reads the providers' settings and how payments use them:
+// timeouts, failover and the breaker.
+func (c *config) readProviders(e *envReader) {
+	e.dur("PAYORCH_PROVIDER_TIMEOUT", &c.ProviderTimeout)
+	e.str("PAYORCH_FAKE_URL", &c.FakeURL)
+	e.str("PAYORCH_FAKE_TOKEN", &c.FakeToken)
+	e.str("PAYORCH_FAKE_STATE", &c.FakeState)
+	e.str("PAYORCH_FAKE_WEBHOOK_SECRET", &c.FakeWebhookSecret)
+	e.str("PAYORCH_DEFAULT_PROVIDER", &c.DefaultProvider)
+	e.str("STRIPE_SECRET_KEY", &c.StripeSecretKey)
+	e.str("STRIPE_API_BASE", &c.StripeAPIBase)
+	e.dur("STRIPE_TIMEOUT", &c.StripeTimeout)
+	e.str("STRIPE_WEBHOOK_SECRET", &c.StripeWebhookSecret)
+	e.num("PAYORCH_MAX_ATTEMPTS", &c.MaxAttempts)
+	e.dur("PAYORCH_BREAKER_WINDOW", &c.Breaker.Window)
+	e.num("PAYORCH_BREAKER_MIN_CALLS", &c.Breaker.MinCalls)
+	e.num("PAYORCH_BREAKER_ERROR_PERCENT", &c.Breaker.ErrorPercent)
+	e.dur("PAYORCH_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
+}
+
+// readTelemetry reads logging, metrics, tracing and debugging.
+func (c *config) readTelemetry(e *envReader) {
+	e.str("PAYORCH_LOG_LEVEL", &c.LogLevel)
+	e.str("PAYORCH_DEBUG_LISTEN", &c.DebugListen)
+	e.str("PAYORCH_METRICS_LISTEN", &c.MetricsListen)
+	e.str("OTEL_EXPORTER_OTLP_ENDPOINT", &c.OTLPEndpoint)
+	e.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &c.OTLPEndpoint)
+	e.str("OTEL_EXPORTER_OTLP_PROTOCOL", &c.OTLPProtocol)
+	e.str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", &c.OTLPProtocol)
+}
+
 // validate names the first bad field.
 func (c config) validate() error {
+	for _, check := range []func() error{c.validateServer, c.validateJobs, c.validateDatabase, c.validateFake,
+		c.validateConnectors, c.validateListeners} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateServer checks the API's, the database's and the keys' limits.
+func (c config) validateServer() error {
 	switch {
 	case c.Listen == "":
 		return errors.New("PAYORCH_LISTEN: must not be empty")
@@ -490,6 +539,14 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_IDEMPOTENCY_TTL: must be positive and at most 72h")
 	case c.IdempotencyLease < 2*c.ProviderTimeout:
 		return errors.New("PAYORCH_IDEMPOTENCY_LEASE: must be at least twice PAYORCH_PROVIDER_TIMEOUT, so a live request never loses its key")
+	}
+	return nil
+}
+
+// validateJobs checks the background jobs', the providers' and the
+// breaker's limits.
+func (c config) validateJobs() error {
+	switch {
 	case c.WebhookInterval < 0:
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
 	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
@@ -519,16 +576,16 @@ func (c config) validate() error {
 	case c.Breaker.Cooldown < time.Second || c.Breaker.Cooldown > 24*time.Hour:
 		return errors.New("PAYORCH_BREAKER_COOLDOWN: must be from 1s to 24h")
 	}
+	return nil
+}
+
+// validateDatabase checks the read replica's URL and reconciliation's
+// time settings.
+func (c config) validateDatabase() error {
 	if c.DatabaseReadURL != "" {
 		if _, err := pgx.ParseConfig(c.DatabaseReadURL); err != nil {
 			return fmt.Errorf("DATABASE_READ_URL: %w", err)
 		}
-	}
-	if err := c.validateFake(); err != nil {
-		return err
-	}
-	if err := c.validateConnectors(); err != nil {
-		return err
 	}
 	if _, err := time.LoadLocation(c.ReconcileTZ); err != nil {
 		return fmt.Errorf("PAYORCH_RECONCILE_TZ: %q is not an IANA time zone", c.ReconcileTZ)
@@ -536,6 +593,13 @@ func (c config) validate() error {
 	if c.ReconcileGrace < 0 || c.ReconcileGrace > 12*time.Hour {
 		return errors.New("PAYORCH_RECONCILE_GRACE: must be between 0 and 12h")
 	}
+	return nil
+}
+
+// validateListeners checks the addresses payorch listens on and speaks
+// to: the debug and metrics listeners, the public URL, TLS, logs and
+// OTLP.
+func (c config) validateListeners() error {
 	if c.DebugListen != "" {
 		host, _, err := net.SplitHostPort(c.DebugListen)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
