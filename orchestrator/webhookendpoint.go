@@ -158,9 +158,9 @@ func storableText(s string) bool { return utf8.ValidString(s) && !strings.Contai
 // validateWebhookURL checks an endpoint's URL: absolute http or https
 // (https only unless allowPrivate), with a host, no user info or fragment,
 // at most 2048 bytes; unless allowPrivate, a host that is "localhost" or a
-// literal private, loopback, link-local or unspecified address is refused.
-// Names are resolved only when sending: the delivery worker checks the
-// addresses it connects to. Errors: validation_failed on url.
+// literal address the delivery worker would refuse (blockedAddress) is
+// refused. Names are resolved only when sending: the delivery worker
+// checks the addresses it connects to. Errors: validation_failed on url.
 func validateWebhookURL(raw string, allowPrivate bool) error {
 	bad := func(format string, args ...any) error { return ParamError("url", format, args...) }
 	if raw == "" {
@@ -195,14 +195,14 @@ func validateWebhookURL(raw string, allowPrivate bool) error {
 		return bad("url must not carry a fragment")
 	}
 	if !allowPrivate && privateHost(host) {
-		return bad("url must not point at a private, loopback or link-local address")
+		return bad("url must not point at a private, loopback, link-local or other special-purpose address")
 	}
 	return nil
 }
 
 // privateHost reports whether host (a URL's hostname) is "localhost" (or a
-// name under it) or a literal address that is private, loopback,
-// link-local, multicast or unspecified.
+// name under it) or a literal address webhooks may not reach
+// (blockedAddress: the worker's own check, so both agree).
 func privateHost(host string) bool {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
@@ -212,9 +212,7 @@ func privateHost(host string) bool {
 	if err != nil {
 		return false // a name: checked by the worker once resolved
 	}
-	addr = addr.Unmap()
-	return addr.IsPrivate() || addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast() ||
-		addr.IsInterfaceLocalMulticast() || addr.IsMulticast() || addr.IsUnspecified()
+	return blockedAddress(addr)
 }
 
 // endpointVisible is the condition on webhook_endpoints of what @tenant_id
