@@ -1,9 +1,15 @@
 package orchestrator
 
+// The webhooks' address filter: deliveries are sent from inside the
+// operator's network to URLs merchants choose, so unless
+// PAYORCH_WEBHOOK_ALLOW_PRIVATE (development) they may reach only public
+// addresses, checked on the address actually dialled, after DNS.
+
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -12,7 +18,8 @@ import (
 )
 
 // deliveryError describes a failed attempt without an answer, in words
-// that are safe to show the endpoint's owner.
+// that are safe to show the endpoint's owner: never an address, nor the
+// host's name resolution.
 func deliveryError(err error) string {
 	var blocked *blockedAddressError
 	switch {
@@ -29,11 +36,14 @@ func deliveryError(err error) string {
 }
 
 // blockedAddressError refuses a connection to an address webhooks may not
-// reach.
+// reach. Its text names neither the address nor its range: it becomes the
+// attempt's error, which the endpoint's owner reads, and the address a
+// host name resolved to is the operator's network, not the merchant's
+// business (the log has it: newWebhookClient).
 type blockedAddressError struct{ addr netip.Addr }
 
 func (e *blockedAddressError) Error() string {
-	return "refused to connect to " + e.addr.String() + ": private, loopback and link-local addresses are not allowed (PAYORCH_WEBHOOK_ALLOW_PRIVATE)"
+	return "refused: not a public address (PAYORCH_WEBHOOK_ALLOW_PRIVATE allows private addresses)"
 }
 
 // specialPurpose is every range webhooks may not reach, with the name
@@ -128,16 +138,20 @@ func blockedAddress(a netip.Addr) bool { return addressRange(a) != "" }
 // environment, no redirects followed (a 3xx is a failed attempt), and,
 // unless allowPrivate, a dialer that refuses every address blockedAddress
 // names, checked on the address actually dialled (after DNS), so a name
-// resolving to a private address is refused too.
-func newWebhookClient(allowPrivate bool) *http.Client {
+// resolving to a private address is refused too. A refusal is logged at
+// info, with the address and its range, for operators; the attempt's
+// error says only that the address is not public.
+func newWebhookClient(allowPrivate bool, logger *slog.Logger) *http.Client {
 	dialer := &net.Dialer{Timeout: WebhookTimeout}
 	if !allowPrivate {
-		dialer.Control = func(_, address string, _ syscall.RawConn) error {
+		dialer.ControlContext = func(ctx context.Context, _, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
 				return err
 			}
-			if blockedAddress(ap.Addr()) {
+			if rng := addressRange(ap.Addr()); rng != "" {
+				logger.InfoContext(ctx, "webhook delivery refused: not a public address", "address", ap.Addr().String(),
+					"range", rng)
 				return &blockedAddressError{addr: ap.Addr()}
 			}
 			return nil

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -104,7 +105,7 @@ func TestBlockedAddress(t *testing.T) {
 // special-purpose address at connect time, before any packet leaves.
 func TestWebhookClientRefusesSpecialPurpose(t *testing.T) {
 	t.Parallel()
-	c := newWebhookClient(false)
+	c := newWebhookClient(false, slog.New(slog.DiscardHandler))
 	for _, target := range []string{"http://100.100.100.200/latest/meta-data/", "http://198.18.0.1/", "http://[64:ff9b::a9fe:a9fe]/",
 		"http://192.0.0.170/", "http://[2002:a9fe:a9fe::1]/"} {
 		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, target, nil)
