@@ -240,12 +240,12 @@ func RedactURL(raw string) string {
 	return u.Scheme + "://" + u.Host + rest
 }
 
-// endpointURLFor is url as sc is shown it (FullEndpointURLs).
-func endpointURLFor(sc Scope, url string) string {
+// endpointURLFor is an endpoint URL as sc is shown it (FullEndpointURLs).
+func endpointURLFor(sc Scope, raw string) string {
 	if sc.FullEndpointURLs() {
-		return url
+		return raw
 	}
-	return RedactURL(url)
+	return RedactURL(raw)
 }
 
 // endpointVisible is the condition on webhook_endpoints of what @tenant_id
