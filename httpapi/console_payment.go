@@ -99,8 +99,11 @@ type webhookEventRow struct {
 const maxConsoleWebhookEvents = 100
 
 // paymentWebhooks returns payment p's outbox events, first first, with
-// their deliveries.
-func (s *Server) paymentWebhooks(ctx context.Context, p orchestrator.Payment) ([]webhookEventRow, error) {
+// their deliveries, read in p's tenant's scope and shown as viewer sees
+// them: the endpoints' URLs redacted to scheme://host/… unless viewer is
+// that merchant (orchestrator.Scope.FullEndpointURLs: a URL is often a
+// capability, not for staff's eyes).
+func (s *Server) paymentWebhooks(ctx context.Context, viewer orchestrator.Scope, p orchestrator.Payment) ([]webhookEventRow, error) {
 	sc := orchestrator.Scope{TenantID: p.TenantID}
 	evs, _, err := s.svc.ListEvents(ctx, sc, orchestrator.EventFilter{PaymentID: p.ID, Limit: maxConsoleWebhookEvents})
 	if err != nil {
@@ -112,6 +115,9 @@ func (s *Server) paymentWebhooks(ctx context.Context, p orchestrator.Payment) ([
 	}
 	byEvent := map[string][]orchestrator.WebhookDelivery{}
 	for _, d := range ds {
+		if !viewer.FullEndpointURLs() {
+			d.EndpointURL = orchestrator.RedactURL(d.EndpointURL)
+		}
 		byEvent[d.EventID] = append(byEvent[d.EventID], d)
 	}
 	rows := make([]webhookEventRow, 0, len(evs))
@@ -143,7 +149,7 @@ func (s *Server) consolePayment(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	webhooks, err := s.paymentWebhooks(ctx, p)
+	webhooks, err := s.paymentWebhooks(ctx, sc, p)
 	if err != nil {
 		return s.consoleError(c, err)
 	}

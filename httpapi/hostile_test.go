@@ -323,7 +323,7 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /v1/events":                {roles: as(support, finance), query: []string{"tenant_id", "type", "payment_id", "delivered", "limit", "starting_after"}},
 		"GET /v1/events/:id":            {roles: as(support, finance), path: map[string]string{"id": "evt_00000000000000000000000000000000"}},
 		"GET /v1/events/:id/deliveries": {roles: as(merchant, support), path: map[string]string{"id": event}},
-		"POST /v1/events/:id/redeliver": {roles: as(merchant, support), path: map[string]string{"id": event}, body: map[string]string{}},
+		"POST /v1/events/:id/redeliver": {roles: as(merchant), path: map[string]string{"id": event}, body: map[string]string{}},
 		"POST /v1/webhook_endpoints": {roles: as(merchant, finance),
 			body:   map[string]string{"url": `"https://example.com/hooks"`, "event_types": `["*"]`, "description": `"d"`},
 			fields: map[string]kind{"url": token, "event_types": array, "description": text}},

@@ -591,7 +591,10 @@ func TestOpenAPIContract(t *testing.T) {
 		// The payment's events came before the endpoint: a redelivery
 		// sends the event to it.
 		evPath := "/v1/events/" + evs.Data[0].ID
-		res, b = ct.do(t, call{method: "POST", path: evPath + "/redeliver", apiKey: support, idemKey: "w-red", body: `{}`})
+		// Support reads deliveries, but only the merchant redelivers.
+		res, b = ct.do(t, call{method: "POST", path: evPath + "/redeliver", apiKey: support, idemKey: "w-red-support", body: `{}`})
+		wantStatus(t, res, b, 403)
+		res, b = ct.do(t, call{method: "POST", path: evPath + "/redeliver", apiKey: merchant, idemKey: "w-red", body: `{}`})
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: evPath + "/deliveries", apiKey: merchant})
 		wantStatus(t, res, b, 200)

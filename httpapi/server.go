@@ -207,11 +207,13 @@ func (s *Server) routes() {
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
 	// Deliveries: a merchant's own, support every merchant's, finance and
-	// admin the staff events' (orchestrator.deliveriesVisible).
+	// admin the staff events' (orchestrator.deliveriesVisible). Redelivery
+	// is the owner's only: support reads (orchestrator.RedeliverEvent).
 	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance,
 		orchestrator.RoleAdmin)
+	redeliverers := requireRole(orchestrator.RoleMerchant, orchestrator.RoleFinance, orchestrator.RoleAdmin)
 	v1.GET("/events/:id/deliveries", s.eventDeliveries, deliveryReaders)
-	v1.POST("/events/:id/redeliver", s.redeliverEvent, deliveryReaders)
+	v1.POST("/events/:id/redeliver", s.redeliverEvent, redeliverers)
 	// Merchants' endpoints, and finance's (admin's too, as reconciliation
 	// allows both): the staff endpoints, for the reconciliation events.
 	endpointOwners := requireRole(orchestrator.RoleMerchant, orchestrator.RoleFinance, orchestrator.RoleAdmin)

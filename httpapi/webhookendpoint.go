@@ -111,8 +111,9 @@ func (s *Server) createWebhookEndpoint(c echo.Context) error {
 }
 
 // listWebhookEndpoints: GET /v1/webhook_endpoints (merchant: the tenant's
-// endpoints; finance, admin: the staff endpoints), oldest first, without
-// their secrets.
+// endpoints; finance, admin: the staff endpoints, their URLs redacted:
+// orchestrator.Scope.FullEndpointURLs), oldest first, without their
+// secrets.
 func (s *Server) listWebhookEndpoints(c echo.Context) error {
 	eps, err := s.svc.ListWebhookEndpoints(c.Request().Context(), orchestrator.ScopeOf(principal(c)))
 	if err != nil {
@@ -195,7 +196,9 @@ func (s *Server) deleteWebhookEndpoint(c echo.Context) error {
 
 // eventDeliveries: GET /v1/events/{id}/deliveries (merchant: own; support:
 // every merchant's; finance, admin: the staff events'):
-// one delivery per endpoint, with its attempts. Errors: not_found.
+// one delivery per endpoint, with its attempts; endpoint_url is whole for
+// the merchant only (orchestrator.Scope.FullEndpointURLs). Errors:
+// not_found.
 func (s *Server) eventDeliveries(c echo.Context) error {
 	id, err := eventID(c)
 	if err != nil {
@@ -208,9 +211,11 @@ func (s *Server) eventDeliveries(c echo.Context) error {
 	return c.JSON(http.StatusOK, newList(ds, false))
 }
 
-// redeliverEvent: POST /v1/events/{id}/redeliver (who reads its deliveries),
-// body empty or {}: 200 with the event's deliveries, pending again.
-// Errors: not_found.
+// redeliverEvent: POST /v1/events/{id}/redeliver (the owner of its
+// endpoints: merchant, or finance and admin for a staff event; not
+// support, whose role reads: orchestrator.RedeliverEvent), body empty or
+// {}: 200 with the event's deliveries, pending again. Errors: not_found,
+// forbidden.
 func (s *Server) redeliverEvent(c echo.Context) error {
 	key, fp, err := keyedRequest(c, opRedeliverEvent, map[string]string{"id": c.Param("id")}, &emptyRequest{})
 	if err != nil {

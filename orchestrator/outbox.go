@@ -117,7 +117,26 @@ func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEve
 		return WebhookEvent{}, internalf("read event: %w", err)
 	}
 	ev.Object = "event"
+	ev.redactFor(sc)
 	return ev, nil
+}
+
+// redactFor makes ev what sc is shown: a webhook_endpoint.disabled
+// event's endpoint URL is redacted unless sc.FullEndpointURLs, as in the
+// endpoints' and deliveries' reads (the event sent to the endpoints keeps
+// it whole: they are the owner's).
+func (ev *WebhookEvent) redactFor(sc Scope) {
+	if ev.Type != EventEndpointDisabled || sc.FullEndpointURLs() {
+		return
+	}
+	var obj map[string]json.RawMessage
+	var url string
+	if json.Unmarshal(ev.Data, &obj) != nil || json.Unmarshal(obj["url"], &url) != nil {
+		ev.Data = json.RawMessage(`{}`) // not as written: show nothing rather than a URL
+		return
+	}
+	obj["url"], _ = json.Marshal(RedactURL(url))
+	ev.Data, _ = json.Marshal(obj)
 }
 
 // ListEvents returns a page of the events visible in scope, newest first,
@@ -170,6 +189,7 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 	}
 	for i := range evs {
 		evs[i].Object = "event"
+		evs[i].redactFor(sc)
 	}
 	return evs, more, nil
 }

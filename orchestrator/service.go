@@ -151,7 +151,6 @@ func NewService(cfg Config) *Service {
 	if s.webhookSenders <= 0 {
 		s.webhookSenders = DefaultWebhookSenders
 	}
-	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {
 		s.breakers[name] = newBreaker(cfg.Breaker.withDefaults())
@@ -174,6 +173,7 @@ func NewService(cfg Config) *Service {
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate, s.logger)
 	var err error
 	if s.tel, err = newTelemetry(s, cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		s.logger.Warn("orchestrator: telemetry instruments", "error", err)

@@ -16,7 +16,8 @@ type WebhookDelivery struct {
 	Object     string `json:"object" db:"-"`
 	EventID    string `json:"event_id" db:"event_id"`
 	EndpointID string `json:"endpoint_id" db:"endpoint_id"`
-	// EndpointURL is the endpoint's URL, for people reading the delivery.
+	// EndpointURL is the endpoint's URL, for people reading the delivery:
+	// whole for the merchant, scheme://host/… for staff (FullEndpointURLs).
 	EndpointURL string `json:"endpoint_url" db:"endpoint_url"`
 	// Status is pending (to be sent at NextAttemptAt), delivered (answered
 	// 2xx) or failed (given up, or the endpoint deleted).
@@ -111,6 +112,7 @@ func deliveries(ctx context.Context, q querier, sc Scope, eventID, paymentID str
 	}
 	for i := range ds {
 		ds[i].Object = "webhook_delivery"
+		ds[i].EndpointURL = endpointURLFor(sc, ds[i].EndpointURL)
 		if ds[i].Tries == nil {
 			ds[i].Tries = []WebhookDeliveryAttempt{}
 		}
@@ -143,10 +145,22 @@ func (s *Service) PaymentDeliveries(ctx context.Context, sc Scope, paymentID str
 // its count of attempts; an endpoint without one (created after the event)
 // gets one if it wants the event's type. A disabled endpoint's delivery
 // waits until it is enabled. It returns the event's deliveries as they
-// now are. Errors: not_found.
+// now are.
+//
+// Only the owner of the event's endpoints redelivers: a merchant its
+// tenant's events, staff (finance, admin) the staff events. Support reads
+// every tenant's deliveries but may not redeliver (forbidden): its role
+// reads, and a redelivery is a write (it resets deliveries, delivered_at
+// included, and sends payment events again, which a receiver that does
+// not dedupe by event id acts on twice), across every tenant for one key.
+// The merchant can redeliver itself when support finds a delivery that
+// failed. Errors: not_found, forbidden (support).
 func (s *Service) RedeliverEvent(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
 	if err := s.eventForDeliveries(ctx, sc, eventID); err != nil {
 		return nil, err
+	}
+	if sc.TenantID == 0 && !sc.Staff { // support's scope: every tenant's, read only
+		return nil, Errorf(CodeForbidden, "only the event's owner may redeliver it: the merchant (or finance, for a staff event)")
 	}
 	const q = `
 		INSERT INTO webhook_deliveries AS d (event_id, endpoint_id, status, next_attempt_at, created_at)

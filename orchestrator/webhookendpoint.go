@@ -158,9 +158,9 @@ func storableText(s string) bool { return utf8.ValidString(s) && !strings.Contai
 // validateWebhookURL checks an endpoint's URL: absolute http or https
 // (https only unless allowPrivate), with a host, no user info or fragment,
 // at most 2048 bytes; unless allowPrivate, a host that is "localhost" or a
-// literal private, loopback, link-local or unspecified address is refused.
-// Names are resolved only when sending: the delivery worker checks the
-// addresses it connects to. Errors: validation_failed on url.
+// literal address the delivery worker would refuse (blockedAddress) is
+// refused. Names are resolved only when sending: the delivery worker
+// checks the addresses it connects to. Errors: validation_failed on url.
 func validateWebhookURL(raw string, allowPrivate bool) error {
 	bad := func(format string, args ...any) error { return ParamError("url", format, args...) }
 	if raw == "" {
@@ -195,14 +195,14 @@ func validateWebhookURL(raw string, allowPrivate bool) error {
 		return bad("url must not carry a fragment")
 	}
 	if !allowPrivate && privateHost(host) {
-		return bad("url must not point at a private, loopback or link-local address")
+		return bad("url must not point at a private, loopback, link-local or other special-purpose address")
 	}
 	return nil
 }
 
 // privateHost reports whether host (a URL's hostname) is "localhost" (or a
-// name under it) or a literal address that is private, loopback,
-// link-local, multicast or unspecified.
+// name under it) or a literal address webhooks may not reach
+// (blockedAddress: the worker's own check, so both agree).
 func privateHost(host string) bool {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
@@ -212,9 +212,40 @@ func privateHost(host string) bool {
 	if err != nil {
 		return false // a name: checked by the worker once resolved
 	}
-	addr = addr.Unmap()
-	return addr.IsPrivate() || addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast() ||
-		addr.IsInterfaceLocalMulticast() || addr.IsMulticast() || addr.IsUnspecified()
+	return blockedAddress(addr)
+}
+
+// FullEndpointURLs reports whether sc is shown endpoint URLs whole: only
+// a merchant's scope, whose endpoints they are. An endpoint URL is often
+// a capability (a token in its path or query lets anyone post to the
+// receiver), so staff (support reading every tenant's deliveries, finance
+// and admin, whose staff endpoints every finance and admin key shares)
+// see scheme://host/… (RedactURL): enough to tell endpoints apart and to
+// diagnose a host, not to post to it. The one who creates an endpoint
+// gets its URL back whole in that answer only, like its secret.
+func (sc Scope) FullEndpointURLs() bool { return sc.TenantID != 0 && !sc.Staff }
+
+// RedactURL is an endpoint URL as staff see it: its scheme and host (with
+// the port), and "/…" in place of a path or query ("/" when it has
+// neither). Something that is not an absolute URL is "…".
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "…"
+	}
+	rest := "/"
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		rest = "/…"
+	}
+	return u.Scheme + "://" + u.Host + rest
+}
+
+// endpointURLFor is an endpoint URL as sc is shown it (FullEndpointURLs).
+func endpointURLFor(sc Scope, raw string) string {
+	if sc.FullEndpointURLs() {
+		return raw
+	}
+	return RedactURL(raw)
 }
 
 // endpointVisible is the condition on webhook_endpoints of what @tenant_id
@@ -226,9 +257,9 @@ const endpointVisible = `(tenant_id = @tenant_id OR (@staff AND tenant_id IS NUL
 const webhookEndpointColumns = `id, tenant_id, url, event_types, description, enabled, disabled_reason,
 	failing_since, created_at, updated_at`
 
-// collectEndpoint reads the one endpoint rows hold. Errors: not_found,
-// internal.
-func collectEndpoint(rows pgx.Rows, id, what string) (WebhookEndpoint, error) {
+// collectEndpoint reads the one endpoint rows hold, in the eyes of sc: its
+// URL redacted unless sc.FullEndpointURLs. Errors: not_found, internal.
+func collectEndpoint(rows pgx.Rows, sc Scope, id, what string) (WebhookEndpoint, error) {
 	ep, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[WebhookEndpoint])
 	if isNoRows(err) {
 		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
@@ -237,6 +268,7 @@ func collectEndpoint(rows pgx.Rows, id, what string) (WebhookEndpoint, error) {
 		return WebhookEndpoint{}, internalf("%s webhook endpoint: %w", what, err)
 	}
 	ep.Object = "webhook_endpoint"
+	ep.URL = endpointURLFor(sc, ep.URL)
 	return ep, nil
 }
 
@@ -269,7 +301,7 @@ func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in 
 		rows, _ := tx.Query(ctx, q, namedArgs{"id": id, "tenant_id": tenantID, "staff": tenantID == 0, "url": in.URL, "event_types": in.EventTypes,
 			"description": in.Description, "secret": secret, "created_by": createdBy, "now": s.now(), "max": MaxWebhookEndpoints})
 		var err error
-		ep, err = collectEndpoint(rows, id, "create")
+		ep, err = collectEndpoint(rows, Scope{TenantID: tenantID, Staff: tenantID == 0}, id, "create")
 		if ErrorCode(err) == CodeNotFound {
 			return Errorf(CodeConflict, "a tenant (or staff) has at most %d webhook endpoints: delete one first", MaxWebhookEndpoints)
 		}
@@ -278,7 +310,9 @@ func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in 
 	if err != nil {
 		return WebhookEndpoint{}, err
 	}
-	ep.Secret = secret
+	// Its creator gave the URL: it is shown whole in this answer, as the
+	// secret is, even to staff (FullEndpointURLs).
+	ep.URL, ep.Secret = in.URL, secret
 	return ep, nil
 }
 
@@ -317,6 +351,7 @@ func (s *Service) ListWebhookEndpoints(ctx context.Context, sc Scope) ([]Webhook
 	}
 	for i := range eps {
 		eps[i].Object = "webhook_endpoint"
+		eps[i].URL = endpointURLFor(sc, eps[i].URL)
 	}
 	return eps, nil
 }
@@ -330,7 +365,7 @@ func (s *Service) GetWebhookEndpoint(ctx context.Context, sc Scope, id string) (
 	const q = `SELECT ` + webhookEndpointColumns + ` FROM webhook_endpoints
 		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible
 	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
-	return collectEndpoint(rows, id, "read")
+	return collectEndpoint(rows, sc, id, "read")
 }
 
 // UpdateWebhookEndpoint enables or disables an endpoint. Disabling records
@@ -351,7 +386,7 @@ func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string
 		RETURNING ` + webhookEndpointColumns
 	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "enabled": enabled,
 		"reason": DisabledByOwner, "now": s.now()})
-	return collectEndpoint(rows, id, "update")
+	return collectEndpoint(rows, sc, id, "update")
 }
 
 // DeleteWebhookEndpoint deletes an endpoint: it receives nothing more, and
@@ -372,7 +407,7 @@ func (s *Service) DeleteWebhookEndpoint(ctx context.Context, sc Scope, id string
 		)
 		SELECT ` + webhookEndpointColumns + ` FROM deleted`
 	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "now": s.now()})
-	ep, err := collectEndpoint(rows, id, "delete")
+	ep, err := collectEndpoint(rows, sc, id, "delete")
 	if err != nil {
 		return WebhookEndpoint{}, err
 	}
@@ -401,7 +436,7 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, sc Scope, id string) 
 	now := s.now()
 	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "secret": secret, "now": now,
 		"until": now.Add(SecretRotationOverlap)})
-	ep, err := collectEndpoint(rows, id, "rotate")
+	ep, err := collectEndpoint(rows, sc, id, "rotate")
 	if err != nil {
 		return WebhookEndpoint{}, err
 	}

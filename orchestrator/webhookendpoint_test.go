@@ -87,6 +87,8 @@ func TestWebhookEndpointValidation(t *testing.T) {
 		"IPv6Loopback":                {in: orchestrator.WebhookEndpointInput{URL: "https://[::1]:8443/", EventTypes: types("*")}, param: "url"},
 		"IPv6Mapped":                  {in: orchestrator.WebhookEndpointInput{URL: "https://[::ffff:127.0.0.1]/", EventTypes: types("*")}, param: "url"},
 		"IPv6ULA":                     {in: orchestrator.WebhookEndpointInput{URL: "https://[fd00::1]/", EventTypes: types("*")}, param: "url"},
+		"SharedAddressSpace":          {in: orchestrator.WebhookEndpointInput{URL: "https://100.100.100.200/", EventTypes: types("*")}, param: "url"},
+		"NAT64Metadata":               {in: orchestrator.WebhookEndpointInput{URL: "https://[64:ff9b::a9fe:a9fe]/", EventTypes: types("*")}, param: "url"},
 		"LoopbackAllowed":             {in: orchestrator.WebhookEndpointInput{URL: "http://127.0.0.1:9000/", EventTypes: types("*")}, allowPrivate: true},
 		"PublicAddress":               {in: orchestrator.WebhookEndpointInput{URL: "https://93.184.216.34/", EventTypes: types("*")}},
 		"NoTypes":                     {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/"}, param: "event_types"},
