@@ -54,6 +54,17 @@ type WebhookEndpoint struct {
 	Secret string `json:"secret,omitempty" db:"-"`
 }
 
+// normalize completes a WebhookEndpoint as read: its object name, times
+// in UTC (as every object of the API, and its events, has them).
+func (w *WebhookEndpoint) normalize() {
+	w.Object = "webhook_endpoint"
+	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
+	if w.FailingSince != nil {
+		t := w.FailingSince.UTC()
+		w.FailingSince = &t
+	}
+}
+
 // WebhookEndpointInput is what a merchant gives to create an endpoint.
 type WebhookEndpointInput struct {
 	URL         string   `json:"url"`
@@ -236,7 +247,7 @@ func collectEndpoint(rows pgx.Rows, id, what string) (WebhookEndpoint, error) {
 	if err != nil {
 		return WebhookEndpoint{}, internalf("%s webhook endpoint: %w", what, err)
 	}
-	ep.Object = "webhook_endpoint"
+	ep.normalize()
 	return ep, nil
 }
 
@@ -316,7 +327,7 @@ func (s *Service) ListWebhookEndpoints(ctx context.Context, sc Scope) ([]Webhook
 		return nil, internalf("list webhook endpoints: %w", err)
 	}
 	for i := range eps {
-		eps[i].Object = "webhook_endpoint"
+		eps[i].normalize()
 	}
 	return eps, nil
 }
