@@ -133,13 +133,21 @@ $$;
 -- endpoint as GET /v1/webhook_endpoints/{id} answers it. The search goes
 -- through the events without a payment of the endpoint's tenant (the
 -- index on tenant_id, payment_id): its disabled events and, for a staff
--- endpoint, the reconciliation runs'.
+-- endpoint, the reconciliation runs'. (Two statements: IS NOT DISTINCT
+-- FROM would not use the index.)
 CREATE FUNCTION webhook_endpoints_disabled() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE events SET object = object || jsonb_build_object('tenant_id', NEW.tenant_id,
-        'created_at', NEW.created_at, 'updated_at', created_at)
-    WHERE tenant_id IS NOT DISTINCT FROM NEW.tenant_id AND payment_id IS NULL
-        AND type = 'webhook_endpoint.disabled' AND object->>'id' = NEW.id AND NOT object ? 'created_at';
+    IF NEW.tenant_id IS NULL THEN
+        UPDATE events SET object = object || jsonb_build_object('tenant_id', NEW.tenant_id,
+            'created_at', NEW.created_at, 'updated_at', created_at)
+        WHERE tenant_id IS NULL AND payment_id IS NULL
+            AND type = 'webhook_endpoint.disabled' AND object->>'id' = NEW.id AND NOT object ? 'created_at';
+    ELSE
+        UPDATE events SET object = object || jsonb_build_object('tenant_id', NEW.tenant_id,
+            'created_at', NEW.created_at, 'updated_at', created_at)
+        WHERE tenant_id = NEW.tenant_id AND payment_id IS NULL
+            AND type = 'webhook_endpoint.disabled' AND object->>'id' = NEW.id AND NOT object ? 'created_at';
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -166,7 +174,12 @@ WHERE e.tenant_id IS NULL AND e.payment_id IS NULL AND e.type IN ('reconciliatio
 UPDATE events e SET object = e.object || jsonb_build_object('tenant_id', w.tenant_id, 'created_at', w.created_at,
     'updated_at', e.created_at)
 FROM webhook_endpoints w
-WHERE e.tenant_id IS NOT DISTINCT FROM w.tenant_id AND e.payment_id IS NULL AND e.type = 'webhook_endpoint.disabled'
+WHERE e.tenant_id = w.tenant_id AND e.payment_id IS NULL AND e.type = 'webhook_endpoint.disabled'
+    AND e.object->>'id' = w.id AND NOT e.object ? 'created_at';
+UPDATE events e SET object = e.object || jsonb_build_object('tenant_id', NULL, 'created_at', w.created_at,
+    'updated_at', e.created_at)
+FROM webhook_endpoints w
+WHERE w.tenant_id IS NULL AND e.tenant_id IS NULL AND e.payment_id IS NULL AND e.type = 'webhook_endpoint.disabled'
     AND e.object->>'id' = w.id AND NOT e.object ? 'created_at';
 
 -- +goose Down
