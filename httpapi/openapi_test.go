@@ -137,6 +137,12 @@ func newContract(t *testing.T) *contract {
 	// provider is never called).
 	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub}, orchestrator.Config{Providers: map[string]providers.Provider{
 		"hooked": fake.NewClient("http://127.0.0.1:9", nil).WithWebhookSecret(contractHookSecret)}})
+	return contractOn(t, e)
+}
+
+// contractOn validates the requests to e's server against the document.
+func contractOn(t *testing.T, e *env) *contract {
+	t.Helper()
 	doc := loadOpenAPI(t)
 	doc.Servers = openapi3.Servers{{URL: e.url}}
 	router, err := gorillamux.NewRouter(doc)

@@ -89,7 +89,7 @@ func TestEveryMigrationDownAndUpWithRows(t *testing.T) {
 	}
 	schemaAt := map[int64]string{0: schemaOf(t, fresh)}
 	for v := int64(1); v <= newest; v++ {
-		if _, err := fm.Provider().UpTo(ctx, v); err != nil {
+		if err := fm.UpTo(ctx, v); err != nil {
 			t.Fatalf("fresh database up to %d: %v", v, err)
 		}
 		schemaAt[v] = schemaOf(t, fresh)
@@ -111,21 +111,20 @@ func TestEveryMigrationDownAndUpWithRows(t *testing.T) {
 		t.Fatalf("tables without rows (add a row of each to everyTableRows): %s", strings.Join(empty, ", "))
 	}
 
-	p := m.Provider()
 	for v := newest; v > 0; v-- {
-		if _, err := p.DownTo(ctx, v-1); err != nil {
+		if err := m.DownTo(ctx, v-1); err != nil {
 			t.Fatalf("down from %d, with rows: %v", v, err)
 		}
 		if d := diffLines(schemaAt[v-1], schemaOf(t, pool), keptAfterDownOf(v)...); d != "" {
 			t.Fatalf("after the down of %d the schema is not version %d's:\n%s", v, v-1, d)
 		}
-		if _, err := p.UpTo(ctx, v); err != nil {
+		if err := m.UpTo(ctx, v); err != nil {
 			t.Fatalf("up to %d after its down: %v", v, err)
 		}
 		if d := diffLines(schemaAt[v], schemaOf(t, pool), keptAfterDownOf(v+1)...); d != "" {
 			t.Fatalf("after the down and up of %d the schema is not version %d's:\n%s", v, v, d)
 		}
-		if _, err := p.DownTo(ctx, v-1); err != nil {
+		if err := m.DownTo(ctx, v-1); err != nil {
 			t.Fatalf("down from %d the second time: %v", v, err)
 		}
 	}

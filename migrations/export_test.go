@@ -1,7 +1,16 @@
 package migrations
 
-import "github.com/pressly/goose/v3"
+import "context"
 
-// Provider is the goose provider underneath, for the test that steps
-// through the migrations one at a time.
-func (m *Migrator) Provider() *goose.Provider { return m.provider }
+// UpTo applies the migrations up to version, for tests of one migration
+// on the rows of the ones before.
+func (m *Migrator) UpTo(ctx context.Context, version int64) error {
+	_, err := m.provider.UpTo(ctx, version)
+	return err
+}
+
+// DownTo rolls back the migrations after version.
+func (m *Migrator) DownTo(ctx context.Context, version int64) error {
+	_, err := m.provider.DownTo(ctx, version)
+	return err
+}

@@ -128,7 +128,7 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 // yet (SPEC: 202, not stored; a retry with the same key resumes it).
 type Outcome struct {
 	Payment Payment
-	Refund  *Refund
+	Refund  *Operation
 	Pending bool
 }
 

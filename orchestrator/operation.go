@@ -40,6 +40,14 @@ type operation struct {
 	UpdatedAt    time.Time `db:"updated_at"`
 }
 
+// object is op as the API shows it (Operation); currency is its
+// payment's.
+func (op operation) object(currency string) Operation {
+	return Operation{ID: op.ID, Object: string(op.Kind), PaymentID: op.PaymentID, Status: op.Status,
+		AmountMinor: op.AmountMinor, Currency: currency, ProviderRef: op.ProviderRef, FailureCode: op.FailureCode,
+		IdempotencyKey: op.Key, CreatedAt: op.CreatedAt.UTC(), UpdatedAt: op.UpdatedAt.UTC()}
+}
+
 // selectOperationSQL reads one operation of a tenant.
 const selectOperationSQL = `
 	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
@@ -589,8 +597,8 @@ func (s *Service) operationResult(ctx context.Context, op operation) (Outcome, e
 func operationOutcome(op operation, p Payment) (Outcome, error) {
 	out := Outcome{Payment: p, Pending: op.Status == "pending"}
 	if op.Kind == opRefund {
-		out.Refund = &Refund{ID: op.ID, Object: "refund", PaymentID: op.PaymentID, Status: op.Status,
-			AmountMinor: op.AmountMinor, Currency: p.Currency, ProviderRef: op.ProviderRef, CreatedAt: op.CreatedAt.UTC()}
+		r := op.object(p.Currency)
+		out.Refund = &r
 	}
 	if op.Status == "failed" {
 		code := ""

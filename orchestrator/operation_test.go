@@ -259,7 +259,7 @@ func TestRefund(t *testing.T) {
 		if h := e.lookup(t, p); h.Status != providers.StatusRefunded || h.RefundedMinor != 1000 {
 			t.Fatalf("hold at the provider: %+v", h)
 		}
-		for _, want := range []*orchestrator.Refund{r, b.out.Refund} {
+		for _, want := range []*orchestrator.Operation{r, b.out.Refund} {
 			key := map[int64]string{300: "r1", 700: "r2"}[want.AmountMinor]
 			if ops := e.fakeOps(t, orchestrator.OpRefund, key); len(ops) != 1 || ops[0].AmountMinor != want.AmountMinor ||
 				ops[0].RefundRef != *want.ProviderRef {

@@ -33,11 +33,21 @@ type WebhookEvent struct {
 	// Sequence numbers the payment's events from 1, in the order of its
 	// changes: a receiver that sees 3 after 5 keeps 5.
 	Sequence *int `json:"sequence" db:"sequence"`
-	// Data is the object as the change left it: the payment (a Payment's
-	// JSON), the endpoint, or the reconciliation run's summary (id,
-	// provider, business_date, version, status, counts, category_counts).
+	// Data is the object as the change left it, exactly as the API shows
+	// it (eventdata.go): a Payment, an Operation, a Dispute, a
+	// WebhookEndpoint or a reconciliation run (reconcile.Run).
 	Data      json.RawMessage `json:"data" db:"object"`
 	CreatedAt time.Time       `json:"created_at" db:"created_at"`
+}
+
+// render completes an event as read: its object name, its time in UTC and
+// its data, the stored object in the API's shape (renderEventData).
+func (ev *WebhookEvent) render() error {
+	ev.Object = "event"
+	ev.CreatedAt = ev.CreatedAt.UTC()
+	data, err := renderEventData(ev.Type, ev.Data)
+	ev.Data = data
+	return err
 }
 
 // EventTypes are the types of events: one per payment state, one per new
@@ -116,7 +126,9 @@ func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEve
 	if err != nil {
 		return WebhookEvent{}, internalf("read event: %w", err)
 	}
-	ev.Object = "event"
+	if err := ev.render(); err != nil {
+		return WebhookEvent{}, internalf("read event %s: %w", ev.ID, err)
+	}
 	ev.redactFor(sc)
 	return ev, nil
 }
@@ -188,7 +200,9 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 		evs = evs[:f.Limit]
 	}
 	for i := range evs {
-		evs[i].Object = "event"
+		if err := evs[i].render(); err != nil {
+			return nil, false, internalf("list events: %s: %w", evs[i].ID, err)
+		}
 		evs[i].redactFor(sc)
 	}
 	return evs, more, nil

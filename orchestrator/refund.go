@@ -2,20 +2,7 @@ package orchestrator
 
 import (
 	"context"
-	"time"
 )
-
-// Refund is one refund of a captured payment.
-type Refund struct {
-	ID          string    `json:"id"`
-	Object      string    `json:"object"`
-	PaymentID   string    `json:"payment_id"`
-	Status      string    `json:"status"`
-	AmountMinor int64     `json:"amount_minor"`
-	Currency    string    `json:"currency"`
-	ProviderRef *string   `json:"provider_ref"`
-	CreatedAt   time.Time `json:"created_at"`
-}
 
 // Refund refunds part or all of what is left of a captured payment;
 // refunds add up to at most the captured amount. Errors: not_found,

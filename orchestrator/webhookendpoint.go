@@ -54,6 +54,17 @@ type WebhookEndpoint struct {
 	Secret string `json:"secret,omitempty" db:"-"`
 }
 
+// normalize completes a WebhookEndpoint as read: its object name, times
+// in UTC (as every object of the API, and its events, has them).
+func (w *WebhookEndpoint) normalize() {
+	w.Object = "webhook_endpoint"
+	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
+	if w.FailingSince != nil {
+		t := w.FailingSince.UTC()
+		w.FailingSince = &t
+	}
+}
+
 // WebhookEndpointInput is what a merchant gives to create an endpoint.
 type WebhookEndpointInput struct {
 	URL         string   `json:"url"`
@@ -267,7 +278,7 @@ func collectEndpoint(rows pgx.Rows, sc Scope, id, what string) (WebhookEndpoint,
 	if err != nil {
 		return WebhookEndpoint{}, internalf("%s webhook endpoint: %w", what, err)
 	}
-	ep.Object = "webhook_endpoint"
+	ep.normalize()
 	ep.URL = endpointURLFor(sc, ep.URL)
 	return ep, nil
 }
@@ -350,7 +361,7 @@ func (s *Service) ListWebhookEndpoints(ctx context.Context, sc Scope) ([]Webhook
 		return nil, internalf("list webhook endpoints: %w", err)
 	}
 	for i := range eps {
-		eps[i].Object = "webhook_endpoint"
+		eps[i].normalize()
 		eps[i].URL = endpointURLFor(sc, eps[i].URL)
 	}
 	return eps, nil

@@ -255,10 +255,15 @@ func (s *Service) queueRecord(b *pgx.Batch, d dueDelivery, r deliveryResult, st 
 	s.tel.delivered(outcome)
 }
 
-// webhookBody is the JSON sent: the event as GET /v1/events/{id} answers.
+// webhookBody is the JSON sent: the event as GET /v1/events/{id} answers
+// (rendered the same way: WebhookEvent.render).
 func webhookBody(d dueDelivery) ([]byte, error) {
-	return json.Marshal(WebhookEvent{ID: d.EventID, Object: "event", TenantID: d.TenantID, Type: d.Type,
-		PaymentID: d.PaymentID, Sequence: d.Sequence, Data: d.Object, CreatedAt: d.CreatedAt})
+	ev := WebhookEvent{ID: d.EventID, TenantID: d.TenantID, Type: d.Type, PaymentID: d.PaymentID,
+		Sequence: d.Sequence, Data: d.Object, CreatedAt: d.CreatedAt}
+	if err := ev.render(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(ev)
 }
 
 // send makes one attempt of d: POST the event, signed with the endpoint's

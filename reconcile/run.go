@@ -9,6 +9,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -202,6 +203,13 @@ func scanRun(row pgx.CollectableRow) (Run, error) {
 	err := row.Scan(&r.ID, &r.Provider, &r.BusinessDate, &r.Version, &r.Trigger, &r.Status, &r.TimeZone,
 		&r.WindowStart, &r.WindowEnd, &r.GraceSeconds, &r.RequestedBy, &r.StartedAt, &r.FinishedAt, &r.LocalCount,
 		&r.ProviderCount, &r.MatchedCount, &r.DiscrepancyCount, &r.Totals, &r.CategoryCounts, &r.Diff, &r.Error, &r.leaseUntil)
+	r.normalize()
+	return r, err
+}
+
+// normalize completes a Run as read: its object name, times in UTC, maps
+// never nil.
+func (r *Run) normalize() {
 	r.Object = "reconciliation_run"
 	r.WindowStart, r.WindowEnd, r.StartedAt = r.WindowStart.UTC(), r.WindowEnd.UTC(), r.StartedAt.UTC()
 	if r.FinishedAt != nil {
@@ -214,7 +222,21 @@ func scanRun(row pgx.CollectableRow) (Run, error) {
 	if r.CategoryCounts == nil {
 		r.CategoryCounts = map[string]int64{}
 	}
-	return r, err
+}
+
+// The data of a reconciliation.run.… event is the Run as GET
+// /v1/reconciliation/runs/{id} answers it once the run finished, decoded
+// from the event's stored object and encoded by Run itself, like every
+// event's data (orchestrator/eventdata.go).
+func init() {
+	orchestrator.RegisterEventRenderer("reconciliation_run", func(stored []byte) (any, error) {
+		var r Run
+		if err := json.Unmarshal(stored, &r); err != nil {
+			return nil, err
+		}
+		r.normalize()
+		return r, nil
+	})
 }
 
 // ErrAlreadyScheduled is returned by Begin for a scheduled run of a day
