@@ -1,0 +1,192 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/reconcile"
+)
+
+// planLog collects the plans auto_explain sends to the client.
+type planLog struct {
+	mu    sync.Mutex
+	plans []explained
+}
+
+// explained is one statement's plan as auto_explain writes it in JSON.
+type explained struct {
+	Query string    `json:"Query Text"`
+	Plan  *planNode `json:"Plan"`
+}
+
+type planNode struct {
+	NodeType  string      `json:"Node Type"`
+	Relation  string      `json:"Relation Name"`
+	Index     string      `json:"Index Name"`
+	IndexCond string      `json:"Index Cond"`
+	Plans     []*planNode `json:"Plans"`
+}
+
+func (l *planLog) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	_, plan, ok := strings.Cut(n.Message, "plan:\n")
+	if !ok {
+		return
+	}
+	var e explained
+	if err := json.Unmarshal([]byte(plan), &e); err != nil || e.Plan == nil {
+		return
+	}
+	l.mu.Lock()
+	l.plans = append(l.plans, e)
+	l.mu.Unlock()
+}
+
+// explainingPool opens a pool on e's database whose connections send the
+// plan of every statement they execute to the client (auto_explain at
+// NOTICE level), where log collects it.
+func explainingPool(t *testing.T, e *env) (*pgxpool.Pool, *planLog) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &planLog{}
+	cfg.ConnConfig.OnNotice = log.notice
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		for _, q := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
+			`SET auto_explain.log_format = json`, `SET auto_explain.log_level = notice`} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, log
+}
+
+// perRowScans lists the scans of reconciliation_discrepancies that a plan
+// runs once per row of something else (on the inner side of a nested
+// loop) other than a primary-key lookup: such a scan reads a whole run per
+// row, which makes comparing two runs quadratic.
+func perRowScans(n *planNode, inner bool) []string {
+	var out []string
+	if inner && strings.HasSuffix(n.NodeType, "Scan") && n.Relation == "reconciliation_discrepancies" &&
+		(n.Index != "reconciliation_discrepancies_pkey" || n.IndexCond == "") {
+		out = append(out, fmt.Sprintf("%s on %s using %q (%s)", n.NodeType, n.Relation, n.Index, n.IndexCond))
+	}
+	for i, c := range n.Plans {
+		out = append(out, perRowScans(c, inner || n.NodeType == "Nested Loop" && i == 1)...)
+	}
+	return out
+}
+
+// A re-run compares its findings with the previous version's in plans
+// whose cost is linear in them even when the planner knows nothing of the
+// two runs: the table was analyzed before either existed (as on a big
+// history table, which autovacuum analyzes rarely), so it estimates one
+// finding per run. Every statement of the re-run and of the listing of
+// what is gone is checked, as executed, for a per-row scan of a run.
+func TestRerunComparesRunsWithoutAPerRowScan(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	ctx := context.Background()
+	e := newEnv(t, fake.Config{})
+	seedStaleStatistics(t, e)
+	seedDayOff(t, e, n, func(int) bool { return true }) // every captured amount off: n findings
+	v1, err := e.rec.Reconcile(ctx, "fake", day, reconcile.TriggerAPI, "test")
+	if err != nil || v1.DiscrepancyCount != n {
+		t.Fatalf("v1 %+v %v", v1, err)
+	}
+	ds, _, err := e.rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v1.ID, Limit: 1})
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("v1 discrepancies %v %v", ds, err)
+	}
+	resolved := ds[0]
+	if _, err := e.rec.Resolve(ctx, resolved.ID, "booked by hand", "key_finance"); err != nil {
+		t.Fatal(err)
+	}
+	// One amount is right again (gone), another row changes currency too
+	// (one new finding beside its still open amount).
+	for _, d := range []fake.Drift{
+		{Kind: fake.DriftAmount, Ref: "fh_seed00000007", Field: fake.AmountCaptured, AmountMinor: 1007},
+		{Kind: fake.DriftCurrency, Ref: "fh_seed00000009", Currency: "USD"},
+	} {
+		if err := e.fc.Drift(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pool, log := explainingPool(t, e)
+	rec := reconcile.New(reconcile.Config{Pool: pool, Providers: map[string]providers.Provider{"fake": e.fc}, Clock: e.clk.Now})
+	v2, err := rec.Reconcile(ctx, "fake", day, reconcile.TriggerAPI, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.Diff.New != 1 || v2.Diff.StillOpen != n-1 || v2.Diff.Gone != 1 {
+		t.Fatalf("diff %+v, want 1 new, %d still open, 1 gone", v2.Diff, n-1)
+	}
+	carried, _, err := rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID, State: "resolved"})
+	if err != nil || len(carried) != 1 || *carried[0].PaymentID != *resolved.PaymentID || carried[0].Change != "still_open" ||
+		deref(carried[0].ResolutionNote) != "booked by hand" {
+		t.Fatalf("resolution not carried: %+v %v", carried, err)
+	}
+	gone, _, err := rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID, Change: "gone"})
+	if err != nil || len(gone) != 1 || deref(gone[0].ProviderRef) != "fh_seed00000007" {
+		t.Fatalf("gone: %+v %v", gone, err)
+	}
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var touched int
+	for _, p := range log.plans {
+		if strings.Contains(p.Query, "reconciliation_discrepancies") {
+			touched++
+		}
+		if bad := perRowScans(p.Plan, false); len(bad) > 0 {
+			t.Errorf("a scan of findings runs once per row: %s\nin: %s", strings.Join(bad, "; "), p.Query)
+		}
+	}
+	if touched < 3 {
+		t.Fatalf("auto_explain caught %d plans reading discrepancies (of %d), want the re-run's and the listing's",
+			touched, len(log.plans))
+	}
+}
+
+// seedStaleStatistics gives the discrepancies table statistics from
+// before the runs under test (three small runs of other days) and stops
+// autovacuum from refreshing them, so the planner knows nothing of runs
+// made afterwards.
+func seedStaleStatistics(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		`ALTER TABLE reconciliation_discrepancies SET (autovacuum_enabled = false)`,
+		`INSERT INTO reconciliation_runs (provider, business_date, version, trigger, status, time_zone, window_start,
+			window_end, grace_seconds, started_at)
+		SELECT 'other', date '2026-01-01' + i, 1, 'api', 'succeeded', 'UTC', now(), now(), 0, now()
+		FROM generate_series(1, 3) i`,
+		`INSERT INTO reconciliation_discrepancies (run_id, category, fingerprint, field, created_at)
+		SELECT r.id, 'missing_locally', 'missing_locally:ref:old' || r.id || '-' || i || ':', '', now()
+		FROM reconciliation_runs r, generate_series(1, 10) i WHERE r.provider = 'other'`,
+		`ANALYZE reconciliation_discrepancies`,
+	} {
+		if _, err := e.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
