@@ -171,7 +171,7 @@ func TestRerunComparesRunsWithoutAPerRowScan(t *testing.T) {
 // before the runs under test (three small runs of other days) and stops
 // autovacuum from refreshing them, so the planner knows nothing of runs
 // made afterwards.
-func seedStaleStatistics(t *testing.T, e *env) {
+func seedStaleStatistics(t testing.TB, e *env) {
 	t.Helper()
 	ctx := context.Background()
 	for _, q := range []string{
