@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -39,10 +41,10 @@ const countFindingsSQL = `SELECT count(*) FROM reconciliation_discrepancies WHER
 // (and run, $2's first): a fingerprint is unique within a run, so it has
 // two copies when both runs found it, and lag() hands $1's copy the
 // resolution of $2's. The UPDATE then touches the rows of $1 whose change
-// or resolution is not yet what judged says (all the still open ones, as
-// findings are stored new) by primary key: one index lookup per row
-// (the join has no run id for the planner to misjudge), or a hash join,
-// never a scan of a run per row.
+// or resolution is not yet what judged says (next to none, as the finding
+// writer stored them as previousFindings said) by primary key: one index
+// lookup per row (the join has no run id for the planner to misjudge), or
+// a hash join, never a scan of a run per row.
 const carrySQL = `
 	WITH both_runs AS (
 		SELECT id, run_id, change, resolved_at, resolved_by, resolution_note,
@@ -70,6 +72,52 @@ const carrySQL = `
 		count(*) FILTER (WHERE run_id = $1 AND copies = 2),
 		count(*) FILTER (WHERE run_id = $2 AND copies = 1)
 	FROM judged`
+
+// resolution is how a finding of the previous version was resolved (all
+// nil while it is open).
+type resolution struct {
+	At       *time.Time
+	By, Note *string
+}
+
+// previousFindingsSQL reads the fingerprints and resolutions of run $1's
+// findings: one run of one table, a linear read whatever the plan.
+const previousFindingsSQL = `
+	SELECT fingerprint, resolved_at, resolved_by, resolution_note FROM reconciliation_discrepancies WHERE run_id = $1`
+
+// previousFindings reads the findings of the previous version of the
+// run's day by fingerprint (nil when there is none), for the finding
+// writer to store each finding of the run already new or still open, with
+// the resolution it had: updating every still open finding afterwards
+// (rows written earlier in the same transaction, so each update also
+// re-checks its foreign key) was most of a re-run's extra cost. carrySQL
+// still decides at the end, with next to nothing left to update: it
+// catches a resolution made, or a version that succeeded, meanwhile.
+func previousFindings(ctx context.Context, tx pgx.Tx, run Run) (map[string]resolution, error) {
+	var prev int64
+	err := tx.QueryRow(ctx, previousRunSQL, run.Provider, run.BusinessDate, run.Version).Scan(&prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the previous version: %w", err)
+	}
+	out := map[string]resolution{}
+	var (
+		fp  string
+		res resolution
+	)
+	rows, _ := tx.Query(ctx, previousFindingsSQL, prev)
+	_, err = pgx.ForEachRow(rows, []any{&fp, &res.At, &res.By, &res.Note}, func() error {
+		out[fp] = res
+		res = resolution{} // fresh pointers for the next row: the map keeps these
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the previous version's findings: %w", err)
+	}
+	return out, nil
+}
 
 // carryOver compares the run with the previous version of (provider,
 // date): discrepancies seen before are still_open (and keep their

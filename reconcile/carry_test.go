@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -189,4 +190,94 @@ func seedStaleStatistics(t testing.TB, e *env) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// onFirstFetch is a query tracer that calls fn, once, as the pairing
+// cursor is first read: after the run has read the previous version's
+// findings, before it compares with it.
+type onFirstFetch struct {
+	once sync.Once
+	fn   func()
+}
+
+func (o *onFirstFetch) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "FETCH") {
+		o.once.Do(o.fn)
+	}
+	return ctx
+}
+
+func (o *onFirstFetch) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// reconcilerWith is a reconciler of e's day whose connections run fn as
+// the pairing cursor is first read.
+func reconcilerWith(t *testing.T, e *env, fn func()) *reconcile.Reconciler {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = &onFirstFetch{fn: fn}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return reconcile.New(reconcile.Config{Pool: pool, Providers: map[string]providers.Provider{"fake": e.fc}, Clock: e.clk.Now})
+}
+
+// A re-run stores its findings new or still open as the previous version
+// was when it began comparing; what changed before it finished still
+// counts, as it did when the comparison was made only at the end.
+func TestARerunCarriesWhatChangedWhileItWorked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	setUp := func(t *testing.T) (*env, orchestrator.Payment) {
+		e := newEnv(t, fake.Config{})
+		p := e.pay(t, 1000, "EUR", "", "capture:0")
+		if err := e.fc.Drift(ctx, fake.Drift{Kind: fake.DriftCurrency, Ref: *p.ProviderRef, Currency: "USD"}); err != nil {
+			t.Fatal(err)
+		}
+		e.clk.Set(runTime)
+		return e, p
+	}
+	t.Run("AResolutionOfThePreviousVersion", func(t *testing.T) {
+		t.Parallel()
+		e, _ := setUp(t)
+		v1, ds1 := e.run(t)
+		rec := reconcilerWith(t, e, func() {
+			if _, err := e.rec.Resolve(ctx, ds1[0].ID, "refunded by hand", "key_finance"); err != nil {
+				t.Error(err)
+			}
+		})
+		v2, err := rec.Reconcile(ctx, "fake", day, reconcile.TriggerAPI, "test")
+		if err != nil || *v2.Diff.PreviousRunID != v1.ID || v2.Diff.StillOpen != 1 {
+			t.Fatalf("v2 %+v %v", v2, err)
+		}
+		ds2, _, err := e.rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID})
+		if err != nil || len(ds2) != 1 || deref(ds2[0].ResolutionNote) != "refunded by hand" || ds2[0].ResolvedAt == nil {
+			t.Fatalf("the resolution made while v2 worked is not carried: %+v %v", ds2, err)
+		}
+	})
+	t.Run("AnEarlierVersionThatSucceeded", func(t *testing.T) {
+		t.Parallel()
+		e, _ := setUp(t)
+		v1, err := e.rec.Begin(ctx, "fake", day, reconcile.TriggerAPI, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := reconcilerWith(t, e, func() {
+			if done, err := e.rec.Execute(ctx, v1); err != nil || done.Status != "succeeded" {
+				t.Errorf("v1 %+v %v", done, err)
+			}
+		})
+		v2, err := rec.Reconcile(ctx, "fake", day, reconcile.TriggerAPI, "test")
+		if err != nil || v2.Diff.PreviousRunID == nil || *v2.Diff.PreviousRunID != v1.ID || v2.Diff.StillOpen != 1 || v2.Diff.New != 0 {
+			t.Fatalf("v2 %+v %v", v2, err)
+		}
+		ds2, _, err := e.rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID})
+		if err != nil || len(ds2) != 1 || ds2[0].Change != "still_open" {
+			t.Fatalf("v2's finding: %+v %v", ds2, err)
+		}
+	})
 }
