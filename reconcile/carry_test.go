@@ -100,11 +100,12 @@ func perRowScans(n *planNode, inner bool) []string {
 // whose cost is linear in them even when the planner knows nothing of the
 // two runs: the table was analyzed before either existed (as on a big
 // history table, which autovacuum analyzes rarely), so it estimates one
-// finding per run. Every statement of the re-run and of the listing of
-// what is gone is checked, as executed, for a per-row scan of a run.
+// finding per run. Every statement of the re-run and of the listing and
+// export of what is gone is checked, as executed, for a per-row scan of a
+// run.
 func TestRerunComparesRunsWithoutAPerRowScan(t *testing.T) {
 	t.Parallel()
-	const n = 2000
+	const n, fixed = 3000, 1100 // fixed: more than a page of the CSV export
 	ctx := context.Background()
 	e := newEnv(t, fake.Config{})
 	seedStaleStatistics(t, e)
@@ -113,20 +114,26 @@ func TestRerunComparesRunsWithoutAPerRowScan(t *testing.T) {
 	if err != nil || v1.DiscrepancyCount != n {
 		t.Fatalf("v1 %+v %v", v1, err)
 	}
-	ds, _, err := e.rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v1.ID, Limit: 1})
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("v1 discrepancies %v %v", ds, err)
-	}
-	resolved := ds[0]
-	if _, err := e.rec.Resolve(ctx, resolved.ID, "booked by hand", "key_finance"); err != nil {
+	var resolvedID int64
+	if err := e.pool.QueryRow(ctx, `SELECT id FROM reconciliation_discrepancies WHERE run_id = $1 AND provider_ref = $2`,
+		v1.ID, "fh_seed00000009").Scan(&resolvedID); err != nil {
 		t.Fatal(err)
 	}
-	// One amount is right again (gone), another row changes currency too
-	// (one new finding beside its still open amount).
-	for _, d := range []fake.Drift{
-		{Kind: fake.DriftAmount, Ref: "fh_seed00000007", Field: fake.AmountCaptured, AmountMinor: 1007},
-		{Kind: fake.DriftCurrency, Ref: "fh_seed00000009", Currency: "USD"},
-	} {
+	resolved, err := e.rec.Resolve(ctx, resolvedID, "booked by hand", "key_finance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Some amounts are right again (gone), another row changes currency
+	// too (one new finding beside its still open amount).
+	drifts := []fake.Drift{{Kind: fake.DriftCurrency, Ref: "fh_seed00000009", Currency: "USD"}}
+	wantGone := map[string]bool{}
+	for i := 1000; i < 1000+fixed; i++ {
+		ref := fmt.Sprintf("fh_seed%08d", i)
+		wantGone[ref] = true
+		drifts = append(drifts, fake.Drift{Kind: fake.DriftAmount, Ref: ref, Field: fake.AmountCaptured,
+			AmountMinor: int64(1000 + i%500)})
+	}
+	for _, d := range drifts {
 		if err := e.fc.Drift(ctx, d); err != nil {
 			t.Fatal(err)
 		}
@@ -138,17 +145,38 @@ func TestRerunComparesRunsWithoutAPerRowScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v2.Diff.New != 1 || v2.Diff.StillOpen != n-1 || v2.Diff.Gone != 1 {
-		t.Fatalf("diff %+v, want 1 new, %d still open, 1 gone", v2.Diff, n-1)
+	if v2.Diff.New != 1 || v2.Diff.StillOpen != n-fixed || v2.Diff.Gone != fixed {
+		t.Fatalf("diff %+v, want 1 new, %d still open, %d gone", v2.Diff, n-fixed, fixed)
 	}
 	carried, _, err := rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID, State: "resolved"})
 	if err != nil || len(carried) != 1 || *carried[0].PaymentID != *resolved.PaymentID || carried[0].Change != "still_open" ||
 		deref(carried[0].ResolutionNote) != "booked by hand" {
 		t.Fatalf("resolution not carried: %+v %v", carried, err)
 	}
-	gone, _, err := rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID, Change: "gone"})
-	if err != nil || len(gone) != 1 || deref(gone[0].ProviderRef) != "fh_seed00000007" {
-		t.Fatalf("gone: %+v %v", gone, err)
+	gone, more, err := rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: v2.ID, Change: "gone"})
+	if err != nil || len(gone) != 100 || !more {
+		t.Fatalf("gone: %d %v %v", len(gone), more, err)
+	}
+	for _, d := range gone {
+		if d.RunID != v1.ID || !wantGone[deref(d.ProviderRef)] {
+			t.Fatalf("listed as gone: %+v", d)
+		}
+	}
+	var csv strings.Builder
+	if err := rec.WriteCSV(ctx, &csv, reconcile.DiscrepancyFilter{RunID: v2.ID, Change: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(csv.String()), "\n")
+	refs := map[string]bool{}
+	for _, l := range lines[1:] {
+		ref := strings.Split(l, ",")[5]
+		if !wantGone[ref] {
+			t.Fatalf("in the gone CSV: %s", l)
+		}
+		refs[ref] = true
+	}
+	if len(lines) != 1+fixed || len(refs) != fixed {
+		t.Fatalf("gone CSV: %d lines, %d references, want %d", len(lines), len(refs), fixed)
 	}
 
 	log.mu.Lock()
