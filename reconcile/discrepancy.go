@@ -99,25 +99,24 @@ func knownCategory(c string) bool {
 	return false
 }
 
-// discrepancyQuery returns the SQL and arguments selecting f's
-// discrepancies in id order (after StartingAfter, at most limit when > 0),
-// reading f's run on q.
-func (r *Reconciler) discrepancyQuery(ctx context.Context, q querier, f DiscrepancyFilter, limit int) (string, []any, error) {
+// discrepancyQuery returns the SQL and arguments selecting cols (of d) of
+// f's discrepancies in id order (after StartingAfter, at most limit when
+// > 0), reading f's run on q.
+func (r *Reconciler) discrepancyQuery(ctx context.Context, q querier, f DiscrepancyFilter, cols string, limit int) (string, []any, error) {
 	run, err := r.getRun(ctx, q, f.RunID)
 	if err != nil {
 		return "", nil, err
 	}
 	target := run.ID
-	where := `d.run_id = $1`
+	from, where := `reconciliation_discrepancies d`, `d.run_id = $1`
 	if f.Change == "gone" {
 		if run.Diff.PreviousRunID == nil {
-			return `SELECT ` + discrepancyCols + ` FROM reconciliation_discrepancies WHERE false`, nil, nil
+			return `SELECT ` + cols + ` FROM reconciliation_discrepancies d WHERE false`, nil, nil
 		}
 		target = *run.Diff.PreviousRunID
-		where = `d.run_id = $1 AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies c
-			WHERE c.run_id = ` + strconv.FormatInt(run.ID, 10) + ` AND c.fingerprint = d.fingerprint)`
+		from, where = goneFrom(run.ID), `d.run_id = $1 AND d.copies = 1`
 	}
-	sql := `SELECT ` + discrepancyColsD + ` FROM reconciliation_discrepancies d WHERE ` + where + `
+	sql := `SELECT ` + cols + ` FROM ` + from + ` WHERE ` + where + `
 		AND ($2 = '' OR d.category = $2)
 		AND ($3 = '' OR ($3 = 'open') = (d.resolved_at IS NULL))
 		AND ($4 = '' OR $4 = 'gone' OR d.change = $4)
@@ -129,6 +128,17 @@ func (r *Reconciler) discrepancyQuery(ctx context.Context, q querier, f Discrepa
 		args = append(args, limit)
 	}
 	return sql, args, nil
+}
+
+// goneFrom is the findings of run $1 (the previous version of runID) and
+// of runID, each with the number of copies of its fingerprint: those of
+// $1 with one copy are gone. Like carrySQL (carry.go) it sorts the two
+// runs' findings by fingerprint rather than looking each of one run's up
+// in the other, which the planner, with no statistics for the run ids,
+// does by scanning the other run once per finding: quadratic.
+func goneFrom(runID int64) string {
+	return `(SELECT ` + discrepancyCols + `, count(*) OVER (PARTITION BY fingerprint) AS copies
+		FROM reconciliation_discrepancies WHERE run_id = $1 OR run_id = ` + strconv.FormatInt(runID, 10) + `) d`
 }
 
 // csvAfterArg is the index of StartingAfter in discrepancyQuery's
@@ -150,7 +160,7 @@ func (r *Reconciler) ListDiscrepancies(ctx context.Context, f DiscrepancyFilter)
 	}
 	var ds []Discrepancy
 	err := r.read(ctx, func(conn *pgxpool.Conn) error {
-		q, args, err := r.discrepancyQuery(ctx, conn, f, f.Limit+1)
+		q, args, err := r.discrepancyQuery(ctx, conn, f, discrepancyColsD, f.Limit+1)
 		if err != nil {
 			return err
 		}
@@ -192,13 +202,10 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 	if err != nil {
 		return fmt.Errorf("reconcile: csv: %w", err)
 	}
-	var (
-		q    string
-		args []any
-	)
+	var pages *csvPager
 	err = r.reads.Read(ctx, lsn, func(conn *pgxpool.Conn) error {
 		var err error
-		q, args, err = r.discrepancyQuery(ctx, conn, f, csvPage)
+		pages, err = r.newCSVPager(ctx, conn, f)
 		return err
 	})
 	if err != nil {
@@ -215,6 +222,10 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 		return csvSafe(*p)
 	}
 	for {
+		q, args, more := pages.next()
+		if !more {
+			return nil
+		}
 		var page []Discrepancy
 		err := r.reads.Read(ctx, lsn, func(conn *pgxpool.Conn) error {
 			rows, _ := conn.Query(ctx, q, args...)
@@ -246,11 +257,68 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 		if err := cw.Error(); err != nil {
 			return err
 		}
-		if len(page) < csvPage || len(args) == 0 {
-			return nil
-		}
-		args[csvAfterArg] = page[len(page)-1].ID
+		pages.read(page)
 	}
+}
+
+// csvPager says which query reads each page of a CSV export.
+type csvPager struct {
+	q    string
+	args []any
+	done bool
+	// gone: the export reads the discrepancies gone since the previous
+	// version, whose ids are found once, with one comparison of the two
+	// runs (goneFrom), so that each page is an index lookup of csvPage
+	// of them rather than another comparison.
+	gone bool
+	ids  []int64
+}
+
+// csvByIDSQL reads the discrepancies whose ids are $1.
+const csvByIDSQL = `SELECT ` + discrepancyCols + ` FROM reconciliation_discrepancies WHERE id = ANY($1) ORDER BY id`
+
+// newCSVPager prepares the export of f's discrepancies, reading on q.
+func (r *Reconciler) newCSVPager(ctx context.Context, q querier, f DiscrepancyFilter) (*csvPager, error) {
+	if f.Change != "gone" {
+		sql, args, err := r.discrepancyQuery(ctx, q, f, discrepancyColsD, csvPage)
+		return &csvPager{q: sql, args: args}, err
+	}
+	sql, args, err := r.discrepancyQuery(ctx, q, f, "d.id", 0)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := q.Query(ctx, sql, args...)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: csv: %w", err)
+	}
+	return &csvPager{gone: true, ids: ids}, nil
+}
+
+// next returns the query and arguments of the next page; more is false
+// when the export is done.
+func (p *csvPager) next() (q string, args []any, more bool) {
+	if p.gone {
+		if len(p.ids) == 0 {
+			return "", nil, false
+		}
+		page := p.ids[:min(csvPage, len(p.ids))]
+		p.ids = p.ids[len(page):]
+		return csvByIDSQL, []any{page}, true
+	}
+	return p.q, p.args, !p.done
+}
+
+// read moves past page, the page just read.
+func (p *csvPager) read(page []Discrepancy) {
+	if p.gone {
+		return
+	}
+	if len(page) < csvPage || len(p.args) == 0 {
+		p.done = true
+		return
+	}
+	p.args[csvAfterArg] = page[len(page)-1].ID
 }
 
 // csvSafe defuses spreadsheet formula injection in free text (a resolution

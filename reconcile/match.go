@@ -208,7 +208,11 @@ func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, pai
 	win window, staged staged, clock *phaseClock) (*result, error) {
 	var res result
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		w := newFindingWriter(r, tx, run.ID)
+		prev, err := previousFindings(ctx, tx, run)
+		if err != nil {
+			return err
+		}
+		w := newFindingWriter(r, tx, run.ID, prev)
 		st, err := r.judgeDay(ctx, tx, pairs(tx), run, staged, w)
 		if err != nil {
 			return err
@@ -794,19 +798,21 @@ func (s *stats) count(l *local, rows []remote) {
 }
 
 // findingWriter stores findings in batches with COPY, in the run's
-// transaction.
+// transaction; a finding the previous version of the day had (prev, by
+// fingerprint) is stored still_open with the resolution it had there.
 type findingWriter struct {
 	r          *Reconciler
 	tx         pgx.Tx
 	runID      int64
+	prev       map[string]resolution
 	batch      [][]any
 	total      int64
 	byCategory map[string]int64
 	seen       map[string]bool
 }
 
-func newFindingWriter(r *Reconciler, tx pgx.Tx, runID int64) *findingWriter {
-	return &findingWriter{r: r, tx: tx, runID: runID, byCategory: map[string]int64{}, seen: map[string]bool{}}
+func newFindingWriter(r *Reconciler, tx pgx.Tx, runID int64, prev map[string]resolution) *findingWriter {
+	return &findingWriter{r: r, tx: tx, runID: runID, prev: prev, byCategory: map[string]int64{}, seen: map[string]bool{}}
 }
 
 const findingBatch = 5000
@@ -820,8 +826,13 @@ func (w *findingWriter) add(ctx context.Context, f finding) error {
 	if f.Detail == nil {
 		f.Detail = map[string]any{}
 	}
+	change := "new"
+	res, seenBefore := w.prev[fp]
+	if seenBefore {
+		change = "still_open"
+	}
 	w.batch = append(w.batch, []any{w.runID, f.Category, fp, f.TenantID, f.PaymentID, f.Ref, f.Field, f.Expected,
-		f.Actual, f.Currency, f.Difference, f.Detail, w.r.now()})
+		f.Actual, f.Currency, f.Difference, f.Detail, w.r.now(), change, res.At, res.By, res.Note})
 	w.total++
 	w.byCategory[f.Category]++
 	if len(w.batch) >= findingBatch {
@@ -836,59 +847,11 @@ func (w *findingWriter) flush(ctx context.Context) error {
 	}
 	_, err := w.tx.CopyFrom(ctx, pgx.Identifier{"reconciliation_discrepancies"},
 		[]string{"run_id", "category", "fingerprint", "tenant_id", "payment_id", "provider_ref", "field", "expected",
-			"actual", "currency", "difference_minor", "detail", "created_at"}, pgx.CopyFromRows(w.batch))
+			"actual", "currency", "difference_minor", "detail", "created_at", "change", "resolved_at", "resolved_by",
+			"resolution_note"}, pgx.CopyFromRows(w.batch))
 	w.batch = w.batch[:0]
 	if err != nil {
 		return fmt.Errorf("store discrepancies: %w", err)
 	}
 	return nil
-}
-
-// previousRunSQL finds the latest succeeded earlier version of the run's
-// (provider, date).
-const previousRunSQL = `
-	SELECT id FROM reconciliation_runs
-	WHERE provider = $1 AND business_date = $2::date AND version < $3 AND status = 'succeeded'
-	ORDER BY version DESC LIMIT 1`
-
-// countFindingsSQL counts the findings of run $1.
-const countFindingsSQL = `SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1`
-
-// carryStillOpenSQL marks the findings of run $1 that run $2 had too as
-// still_open, with the resolution they had there.
-const carryStillOpenSQL = `
-	UPDATE reconciliation_discrepancies d SET change = 'still_open',
-		resolved_at = p.resolved_at, resolved_by = p.resolved_by, resolution_note = p.resolution_note
-	FROM reconciliation_discrepancies p
-	WHERE d.run_id = $1 AND p.run_id = $2 AND p.fingerprint = d.fingerprint`
-
-// countNewAndGoneSQL counts the findings of run $1 that are new, and those
-// of the previous run $2 that run $1 no longer has.
-const countNewAndGoneSQL = `
-	SELECT (SELECT count(*) FROM reconciliation_discrepancies WHERE run_id = $1 AND change = 'new'),
-	       (SELECT count(*) FROM reconciliation_discrepancies p WHERE p.run_id = $2
-	          AND NOT EXISTS (SELECT 1 FROM reconciliation_discrepancies d WHERE d.run_id = $1 AND d.fingerprint = p.fingerprint))`
-
-// carryOver compares the run with the previous version of (provider,
-// date): discrepancies seen before are still_open (and keep their
-// resolution), the rest are new, and those no longer found are gone.
-func carryOver(ctx context.Context, tx pgx.Tx, run Run) (Diff, error) {
-	var diff Diff
-	var prev int64
-	err := tx.QueryRow(ctx, previousRunSQL, run.Provider, run.BusinessDate, run.Version).Scan(&prev)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = tx.QueryRow(ctx, countFindingsSQL, run.ID).Scan(&diff.New)
-		return diff, err
-	}
-	if err != nil {
-		return diff, err
-	}
-	diff.PreviousRunID = &prev
-	tag, err := tx.Exec(ctx, carryStillOpenSQL, run.ID, prev)
-	if err != nil {
-		return diff, err
-	}
-	diff.StillOpen = tag.RowsAffected()
-	err = tx.QueryRow(ctx, countNewAndGoneSQL, run.ID, prev).Scan(&diff.New, &diff.Gone)
-	return diff, err
 }
