@@ -1,0 +1,46 @@
+package httpapi
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkRateLimiter measures allow under parallel load: every goroutine
+// on one hot key (one API key taking all the traffic), and spread over
+// many keys (many API keys, or many client addresses). The limit is high
+// enough that every call is allowed, as in normal traffic.
+func BenchmarkRateLimiter(b *testing.B) {
+	benchLimiter(b, func() func(string) (bool, time.Duration) { return newRateLimiter(1e9, 1e9, time.Now).allow })
+}
+
+// benchLimiter runs the hot-key and many-keys cases on fresh limiters
+// made by newAllow.
+func benchLimiter(b *testing.B, newAllow func() func(string) (bool, time.Duration)) {
+	keys := make([]string, 5000)
+	for i := range keys {
+		keys[i] = "key_" + strconv.Itoa(i)
+	}
+	for _, tc := range []struct {
+		name string
+		key  func(i int) string
+	}{
+		{"HotKey", func(int) string { return "key_hot" }},
+		{"ManyKeys", func(i int) string { return keys[i%len(keys)] }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			allow := newAllow()
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1000003))
+				for pb.Next() {
+					i++
+					if ok, _ := allow(tc.key(i)); !ok {
+						b.Fatal("refused")
+					}
+				}
+			})
+		})
+	}
+}
