@@ -219,8 +219,58 @@ func newSignInLimiter(cfg Config) *rateLimiter {
 	return newRateLimiter(float64(n)/window.Seconds(), n, cfg.Clock)
 }
 
-// signInClient is the bucket key of a client address: the IPv4 address,
-// or the /64 an IPv6 address is in (one host usually holds a whole /64).
+// API authentication limit: a key that is not accepted cost a database
+// read (a repeated one is remembered for a while, but a client can make up
+// a new key for each request), so failed authentications are counted per
+// client address in a token bucket of AuthFailureLimit tokens that refills
+// over AuthFailureWindow. Once it is empty, every /v1 request from that
+// address is answered 429 with Retry-After before its key is looked at, so
+// it costs nothing. Only keys shaped like API keys count: anything else is
+// refused without a read. Failures are counted after the fact, not
+// reserved before the check as sign-ins are: a reservation per request
+// would cap the concurrent requests of one address (every client behind
+// one proxy, if it is not trusted) at the bucket's size. So up to the
+// concurrent requests of one address may get through the check at the
+// moment its bucket empties. Per instance, like the API's rate limit.
+const (
+	defaultAuthFailureLimit  = 30
+	defaultAuthFailureWindow = time.Minute
+)
+
+func newAuthFailureLimiter(cfg Config) *rateLimiter {
+	if cfg.AuthFailureLimit < 0 {
+		return nil
+	}
+	n, window := cfg.AuthFailureLimit, cfg.AuthFailureWindow
+	if n == 0 {
+		n = defaultAuthFailureLimit
+	}
+	if window <= 0 {
+		window = defaultAuthFailureWindow
+	}
+	return newRateLimiter(float64(n)/window.Seconds(), n, cfg.Clock)
+}
+
+// authFailureWait is how long client must wait before its next API
+// request: 0 when it may send one now.
+func (s *Server) authFailureWait(client string) time.Duration {
+	if s.authFailures == nil {
+		return 0
+	}
+	return s.authFailures.wait(client)
+}
+
+// authFailed counts a failed authentication of a key shaped like an API
+// key from client.
+func (s *Server) authFailed(client, key string) {
+	if s.authFailures != nil && orchestrator.KeyShaped(key) {
+		s.authFailures.allow(client)
+	}
+}
+
+// signInClient is the bucket key of a client address, for the sign-in and
+// authentication limits: the IPv4 address, or the /64 an IPv6 address is in
+// (one host usually holds a whole /64).
 func signInClient(ip string) string {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {

@@ -100,6 +100,13 @@ func parseKey(key string) (id string, ok bool) {
 	return keyIDPrefix + hexID, true
 }
 
+// KeyShaped reports whether key is shaped like an API key, so that
+// Authenticate would look its id up; anything else it refuses at once.
+func KeyShaped(key string) bool {
+	_, ok := parseKey(key)
+	return ok
+}
+
 // CreateAPIKey creates a key with role for tenantID (required for merchant
 // keys, must be 0 otherwise) and returns it with the key itself, which is
 // shown this once and never stored. Errors: validation_failed, not_found
