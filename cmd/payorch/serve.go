@@ -76,6 +76,9 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 			return err
 		}
 	}
+	if cfg.insecureConsoleCookies() {
+		logger.Warn(insecureCookiesWarning)
+	}
 	if cfg.AutoMigrate {
 		if err := migrateDirect(ctx, cfg, pool, logger); err != nil {
 			return err
@@ -245,6 +248,10 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	if signInLimit == 0 {
 		signInLimit = -1 // off
 	}
+	authFailureLimit := cfg.AuthFailureLimit
+	if authFailureLimit == 0 {
+		authFailureLimit = -1 // off
+	}
 	srv := httpapi.New(httpapi.Config{
 		Reconciler:       rec,
 		Service:          svc,
@@ -257,6 +264,7 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		MetricsHandler:   metricsHandler,
 
 		ConsoleSignInLimit: signInLimit,
+		AuthFailureLimit:   authFailureLimit,
 		TrustedProxies:     cfg.TrustedProxies,
 		PublicURL:          publicURL,
 		TLSConfig:          tlsConfig,
