@@ -14,7 +14,7 @@ import (
 // The API key cache spares Authenticate its database round trip. It holds
 // valid, non-revoked keys only, and only while a listener on a dedicated
 // connection hears NOTIFY payorch_api_keys (migration 00005: sent after
-// anything authentication reads changes, and on delete; 00018: and on
+// anything authentication reads changes, and on delete; 00020: and on
 // insert), so a revocation
 // anywhere reaches every instance within the notification's delivery time.
 // Whenever the listener is down the cache is off and empty: every
@@ -73,7 +73,7 @@ func newKeyCache(maxEntries int, maxAge time.Duration) *keyCache {
 // refused without a database read each time. Unlike keyCache it is on
 // whether or not the listener runs: a stale entry can only refuse a key
 // for unknownKeyMaxAge, never accept one. The notifications (migration
-// 00018: key creation notifies too), a key's creation on this instance and
+// 00020: key creation notifies too), a key's creation on this instance and
 // the listener's coming up or going down drop entries; the generation
 // protocol keeps a read from before a key's creation out of it after.
 type unknownKeys struct {
@@ -208,7 +208,7 @@ func (s *Service) listenForKeys(ctx context.Context) {
 }
 
 // keyCreatedPrefix marks the notification of a new key id (migration
-// 00018); other payloads are the id of a changed or deleted key, or "" for
+// 00020); other payloads are the id of a changed or deleted key, or "" for
 // all of them.
 const keyCreatedPrefix = "new:"
 

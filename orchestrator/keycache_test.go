@@ -377,7 +377,7 @@ func TestKeyCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Creating a key notifies its id (migration 00018), so that an
+		// Creating a key notifies its id (migration 00020), so that an
 		// instance that remembers the id as unknown forgets it.
 		for _, id := range []string{k.ID, ok.ID} {
 			if got := next(); got != "id:new:"+id {
