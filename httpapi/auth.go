@@ -13,16 +13,27 @@ import (
 const principalKey = "payorch.principal"
 
 // authenticate turns `Authorization: Bearer <key>` into the request's
-// Principal. Errors: unauthorized.
+// Principal. A client address past its allowance of failed
+// authentications is refused before its key is looked at. Errors:
+// unauthorized, rate_limited.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		client := signInClient(c.RealIP())
+		if wait := s.authFailureWait(client); wait > 0 {
+			return &orchestrator.Error{Code: orchestrator.CodeRateLimited, RetryAfter: wait,
+				Message: "too many failed authentications from your network address; retry after the Retry-After delay"}
+		}
 		scheme, key, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+		key = strings.TrimSpace(key)
+		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 			return orchestrator.Errorf(orchestrator.CodeUnauthorized, "a valid API key is required: Authorization: Bearer <key>")
 		}
 		req := c.Request()
-		p, err := s.svc.Authenticate(req.Context(), strings.TrimSpace(key))
+		p, err := s.svc.Authenticate(req.Context(), key)
 		if err != nil {
+			if orchestrator.ErrorCode(err) == orchestrator.CodeUnauthorized {
+				s.authFailed(client, key)
+			}
 			return err
 		}
 		attrs := []slog.Attr{slog.String("api_key_id", p.KeyID), slog.String("role", string(p.Role))}

@@ -1,38 +1,51 @@
 package httpapi
 
 import (
+	"hash/maphash"
 	"math"
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
 
 	"github.com/payorch/payorch/orchestrator"
 )
 
-// rateLimiter keeps one token bucket per key: an API key for the API's
-// rate limit, a client address for the console's sign-in limit. Buckets
-// live in this instance's memory: with N instances behind a balancer a key
-// gets up to N times the limit, which is the usual trade for not paying a
-// database round trip per request.
+// rateLimiter keeps one token bucket (a rate.Limiter) per key: an API key
+// for the API's rate limit, a client address for the console's sign-in
+// limit and the API's limit on failed authentications. Buckets live in
+// this instance's memory: with N instances behind a balancer a key gets up
+// to N times the limit, which is the usual trade for not paying a database
+// round trip per request.
+//
+// The map is split into shards, each with its own lock, so keys in
+// different shards do not wait for each other; a key's bucket is only used
+// under its shard's lock, so dropping an idle bucket can never lose a
+// token taken from it at the same moment.
 type rateLimiter struct {
-	mu        sync.Mutex
-	buckets   map[string]*bucket
-	perSecond float64
-	burst     float64
-	now       func() time.Time
-	// nextSweep bounds how often a full map is scanned for idle buckets.
-	nextSweep time.Time
+	shards [limiterShards]limiterShard
+	seed   maphash.Seed
+	limit  rate.Limit
+	burst  int
+	now    func() time.Time
+	// buckets counts the buckets of every shard.
+	buckets atomic.Int64
+	// nextSweep (Unix nanoseconds) bounds how often the map is scanned
+	// for idle buckets.
+	nextSweep atomic.Int64
 }
 
-// bucket holds tokens as of at; it refills at the limiter's rate up to
-// its burst.
-type bucket struct {
-	tokens float64
-	at     time.Time
+type limiterShard struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
 }
+
+// limiterShards is a power of two, well above the cores a server has.
+const limiterShards = 64
 
 // sweepAbove is the bucket count past which full (idle) buckets are
 // dropped, at most once a second.
@@ -42,89 +55,117 @@ func newRateLimiter(perSecond float64, burst int, now func() time.Time) *rateLim
 	if burst < 1 {
 		burst = 1
 	}
-	return &rateLimiter{buckets: make(map[string]*bucket), perSecond: perSecond, burst: float64(burst), now: now}
-}
-
-// tokensAt is what b holds at now.
-func (l *rateLimiter) tokensAt(b *bucket, now time.Time) float64 {
-	t := b.tokens
-	if now.After(b.at) {
-		t += now.Sub(b.at).Seconds() * l.perSecond
+	l := &rateLimiter{seed: maphash.MakeSeed(), limit: rate.Limit(perSecond), burst: burst, now: now}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*rate.Limiter)
 	}
-	return min(t, l.burst)
+	return l
 }
 
-// refill brings b up to now. Call with l.mu held.
-func (l *rateLimiter) refill(b *bucket, now time.Time) {
-	b.tokens = l.tokensAt(b, now)
-	if now.After(b.at) {
-		b.at = now
-	}
-}
-
-// untilToken is how long b takes to hold a whole token again, rounded up
-// to the nanosecond.
+// untilToken is how long a bucket holding tokens takes to hold a whole
+// token again, rounded up to the nanosecond (never 0: it is asked only of
+// a bucket found short of a token).
 func (l *rateLimiter) untilToken(tokens float64) time.Duration {
-	return time.Duration(math.Ceil((1 - tokens) / l.perSecond * float64(time.Second)))
+	return max(time.Duration(math.Ceil((1-tokens)/float64(l.limit)*float64(time.Second))), 1)
 }
 
-// bucket returns key's bucket, refilled to now, making a full one if need
-// be. A full bucket is the same as none, so once there are many, full ones
-// are dropped first: the map holds only keys that used some of their burst
-// lately. Call with l.mu held.
-func (l *rateLimiter) bucket(key string, now time.Time) *bucket {
-	if b, ok := l.buckets[key]; ok {
-		l.refill(b, now)
-		return b
+// bucket returns key's bucket with its shard locked (the caller unlocks
+// sh.mu, then calls made if made), making a full bucket if there is none.
+func (l *rateLimiter) bucket(key string) (sh *limiterShard, b *rate.Limiter, made bool) {
+	sh = &l.shards[maphash.String(l.seed, key)&(limiterShards-1)]
+	sh.mu.Lock()
+	if b = sh.m[key]; b == nil {
+		b, made = rate.NewLimiter(l.limit, l.burst), true
+		sh.m[key] = b
 	}
-	if len(l.buckets) >= sweepAbove && !now.Before(l.nextSweep) {
-		l.nextSweep = now.Add(time.Second)
-		for k, x := range l.buckets {
-			if l.tokensAt(x, now) >= l.burst {
-				delete(l.buckets, k)
+	return sh, b, made
+}
+
+// made counts a new bucket. A full bucket is the same as none, so once
+// there are many, full ones are dropped: the map holds only keys that used
+// some of their burst lately.
+func (l *rateLimiter) made(now time.Time) {
+	if l.buckets.Add(1) > sweepAbove {
+		l.sweep(now)
+	}
+}
+
+// sweep drops every full bucket, unless a sweep ran less than a second
+// ago.
+func (l *rateLimiter) sweep(now time.Time) {
+	next := l.nextSweep.Load()
+	if now.UnixNano() < next || !l.nextSweep.CompareAndSwap(next, now.Add(time.Second).UnixNano()) {
+		return
+	}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, b := range sh.m {
+			if b.TokensAt(now) >= float64(l.burst) {
+				delete(sh.m, k)
+				l.buckets.Add(-1)
 			}
 		}
+		sh.mu.Unlock()
 	}
-	b := &bucket{tokens: l.burst, at: now}
-	l.buckets[key] = b
-	return b
 }
 
 // allow takes a token from key's bucket, or says how long until one is
 // free and takes nothing.
-func (l *rateLimiter) allow(key string) (bool, time.Duration) {
+func (l *rateLimiter) allow(key string) (ok bool, wait time.Duration) {
 	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.bucket(key, now)
-	if b.tokens < 1 {
-		return false, l.untilToken(b.tokens)
+	sh, b, made := l.bucket(key)
+	if ok = b.AllowN(now, 1); !ok {
+		wait = l.untilToken(b.TokensAt(now))
 	}
-	b.tokens--
-	return true, 0
+	sh.mu.Unlock()
+	if made {
+		l.made(now)
+	}
+	return ok, wait
 }
 
-// refund gives back a token allow took (up to the burst: a refund never
-// raises the allowance).
-func (l *rateLimiter) refund(key string) {
+// take is allow that can be undone: refund (safe to call more than once)
+// gives the token back, up to the burst (a refund never raises the
+// allowance). Without a token left it takes nothing, returns a nil refund
+// and says how long to wait.
+func (l *rateLimiter) take(key string) (refund func(), wait time.Duration) {
 	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.bucket(key, now)
-	b.tokens = min(b.tokens+1, l.burst)
+	sh, b, made := l.bucket(key)
+	var r *rate.Reservation
+	if tokens := b.TokensAt(now); tokens < 1 {
+		wait = l.untilToken(tokens)
+	} else {
+		// Immediate: the bucket holds a token and nobody else uses it
+		// while the shard is locked.
+		r = b.ReserveN(now, 1)
+	}
+	sh.mu.Unlock()
+	if made {
+		l.made(now)
+	}
+	if r == nil {
+		return nil, wait
+	}
+	// Cancelled as of the moment it was made, the reservation gives its
+	// token back exactly: CancelAt takes off what was reserved since and
+	// winds the bucket's clock back to then, which refills the same again.
+	var once sync.Once
+	return func() { once.Do(func() { r.CancelAt(now) }) }, 0
 }
 
 // wait says how long until key's bucket holds a whole token: 0 when it
-// holds one now. It takes nothing.
+// holds one now (or there is none). It takes nothing and makes no bucket.
 func (l *rateLimiter) wait(key string) time.Duration {
 	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[key]
+	sh := &l.shards[maphash.String(l.seed, key)&(limiterShards-1)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b, ok := sh.m[key]
 	if !ok {
 		return 0
 	}
-	if tokens := l.tokensAt(b, now); tokens < 1 {
+	if tokens := b.TokensAt(now); tokens < 1 {
 		return l.untilToken(tokens)
 	}
 	return 0
@@ -132,9 +173,7 @@ func (l *rateLimiter) wait(key string) time.Duration {
 
 // size is the number of buckets held.
 func (l *rateLimiter) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.buckets)
+	return int(l.buckets.Load())
 }
 
 // rateLimit answers 429 rate_limited with Retry-After once a key exceeds its
@@ -180,8 +219,58 @@ func newSignInLimiter(cfg Config) *rateLimiter {
 	return newRateLimiter(float64(n)/window.Seconds(), n, cfg.Clock)
 }
 
-// signInClient is the bucket key of a client address: the IPv4 address,
-// or the /64 an IPv6 address is in (one host usually holds a whole /64).
+// API authentication limit: a key that is not accepted cost a database
+// read (a repeated one is remembered for a while, but a client can make up
+// a new key for each request), so failed authentications are counted per
+// client address in a token bucket of AuthFailureLimit tokens that refills
+// over AuthFailureWindow. Once it is empty, every /v1 request from that
+// address is answered 429 with Retry-After before its key is looked at, so
+// it costs nothing. Only keys shaped like API keys count: anything else is
+// refused without a read. Failures are counted after the fact, not
+// reserved before the check as sign-ins are: a reservation per request
+// would cap the concurrent requests of one address (every client behind
+// one proxy, if it is not trusted) at the bucket's size. So up to the
+// concurrent requests of one address may get through the check at the
+// moment its bucket empties. Per instance, like the API's rate limit.
+const (
+	defaultAuthFailureLimit  = 30
+	defaultAuthFailureWindow = time.Minute
+)
+
+func newAuthFailureLimiter(cfg Config) *rateLimiter {
+	if cfg.AuthFailureLimit < 0 {
+		return nil
+	}
+	n, window := cfg.AuthFailureLimit, cfg.AuthFailureWindow
+	if n == 0 {
+		n = defaultAuthFailureLimit
+	}
+	if window <= 0 {
+		window = defaultAuthFailureWindow
+	}
+	return newRateLimiter(float64(n)/window.Seconds(), n, cfg.Clock)
+}
+
+// authFailureWait is how long client must wait before its next API
+// request: 0 when it may send one now.
+func (s *Server) authFailureWait(client string) time.Duration {
+	if s.authFailures == nil {
+		return 0
+	}
+	return s.authFailures.wait(client)
+}
+
+// authFailed counts a failed authentication of a key shaped like an API
+// key from client.
+func (s *Server) authFailed(client, key string) {
+	if s.authFailures != nil && orchestrator.KeyShaped(key) {
+		s.authFailures.allow(client)
+	}
+}
+
+// signInClient is the bucket key of a client address, for the sign-in and
+// authentication limits: the IPv4 address, or the /64 an IPv6 address is in
+// (one host usually holds a whole /64).
 func signInClient(ip string) string {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
@@ -212,10 +301,7 @@ func (s *Server) signInAttempt(client string) (refund func(), wait time.Duration
 	if s.signInLimiter == nil {
 		return func() {}, 0
 	}
-	if ok, wait := s.signInLimiter.allow(client); !ok {
-		return nil, wait
-	}
-	return func() { s.signInLimiter.refund(client) }, 0
+	return s.signInLimiter.take(client)
 }
 
 // retryAfter is the Retry-After value of d: whole seconds, rounded up.

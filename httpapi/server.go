@@ -48,8 +48,19 @@ type Config struct {
 	ConsoleSignInLimit int
 	// ConsoleSignInWindow defaults to 5 minutes.
 	ConsoleSignInWindow time.Duration
+	// AuthFailureLimit is how many failed API authentications (a Bearer
+	// key shaped like an API key but unknown, revoked or with a wrong
+	// secret) one client address (an IPv4 address, an IPv6 /64) may make
+	// per AuthFailureWindow; past it every /v1 request from that address is
+	// answered 429 rate_limited with Retry-After, without reading the
+	// database, whatever the key. The allowance refills evenly over the
+	// window. 0 means 30; negative turns the limit off. Per instance.
+	AuthFailureLimit int
+	// AuthFailureWindow defaults to 1 minute.
+	AuthFailureWindow time.Duration
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the
-	// client (the console's sign-in limit counts per client address) and
+	// client (the console's sign-in limit and the API's limit on failed
+	// authentications count per client address) and
 	// whose X-Forwarded-Proto says whether the client came over HTTPS (the
 	// console's cookies are then Secure). Empty means no header is
 	// believed: the client is the connection's peer, and the scheme is the
@@ -102,6 +113,9 @@ type Server struct {
 	// signInLimiter counts failed console sign-ins per client address;
 	// nil when the limit is off.
 	signInLimiter *rateLimiter
+	// authFailures counts failed API authentications per client address;
+	// nil when the limit is off.
+	authFailures *rateLimiter
 	// secureCookies makes every console cookie Secure: the public URL is
 	// https, or Serve serves TLS itself.
 	secureCookies bool
@@ -148,6 +162,7 @@ func New(cfg Config) *Server {
 		s.limiter = newRateLimiter(cfg.RateLimit, int(2*cfg.RateLimit), cfg.Clock)
 	}
 	s.signInLimiter = newSignInLimiter(cfg)
+	s.authFailures = newAuthFailureLimiter(cfg)
 	s.secureCookies = cfg.TLSConfig != nil || (cfg.PublicURL != nil && cfg.PublicURL.Scheme == "https")
 	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.SchemeExtractor = clientScheme(cfg.TrustedProxies)

@@ -100,6 +100,13 @@ func parseKey(key string) (id string, ok bool) {
 	return keyIDPrefix + hexID, true
 }
 
+// KeyShaped reports whether key is shaped like an API key, so that
+// Authenticate would look its id up; anything else it refuses at once.
+func KeyShaped(key string) bool {
+	_, ok := parseKey(key)
+	return ok
+}
+
 // CreateAPIKey creates a key with role for tenantID (required for merchant
 // keys, must be 0 otherwise) and returns it with the key itself, which is
 // shown this once and never stored. Errors: validation_failed, not_found
@@ -112,7 +119,19 @@ func (s *Service) CreateAPIKey(ctx context.Context, role Role, tenantID int64, d
 		k, secret, err = s.createAPIKey(ctx, tx, role, tenantID, description)
 		return err
 	})
+	s.keyCreated(k.ID)
 	return k, secret, err
+}
+
+// keyCreated forgets that id authenticated nobody, once its key's
+// transaction has committed (or may have: it is called on errors too), so
+// this instance accepts the key at once; the others forget it when the
+// notification reaches them. A read that began before is not remembered
+// after (the generation advances).
+func (s *Service) keyCreated(id string) {
+	if id != "" {
+		s.unknownKeys.invalidate(id)
+	}
 }
 
 func (s *Service) createAPIKey(ctx context.Context, tx pgx.Tx, role Role, tenantID int64, description string) (APIKey, string, error) {
@@ -128,7 +147,11 @@ func (s *Service) createAPIKey(ctx context.Context, tx pgx.Tx, role Role, tenant
 	if len(description) > 200 {
 		return APIKey{}, "", ParamError("description", "description is longer than 200 characters")
 	}
-	id, secret, hash := newKeyMaterial()
+	material := newKeyMaterial
+	if s.keyMaterial != nil {
+		material = s.keyMaterial
+	}
+	id, secret, hash := material()
 	var tenant *int64
 	if tenantID != 0 {
 		tenant = &tenantID
@@ -191,7 +214,8 @@ var dummyHash = make([]byte, sha256.Size)
 
 // Authenticate verifies a presented API key and returns its Principal.
 // With the key cache on (StartKeyCache), a key verified before is read from
-// memory; the presented secret's hash is compared either way.
+// memory; the presented secret's hash is compared either way. An id found
+// unknown or revoked lately is refused from memory (unknownKeys).
 // Errors: unauthorized (malformed, unknown, wrong or revoked key), internal.
 func (s *Service) Authenticate(ctx context.Context, key string) (Principal, error) {
 	id, ok := parseKey(key)
@@ -209,9 +233,13 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 		}
 		return Principal{KeyID: id, Role: e.role, TenantID: e.tenantID}, nil
 	}
+	if _, ok := s.unknownKeys.lookup(id); ok {
+		subtle.ConstantTimeCompare(sum[:], dummyHash)
+		return Principal{}, errUnauthorized
+	}
 	// Read before the database: an invalidation after this point keeps
-	// what the SELECT returns out of the cache.
-	gen := s.keys.generation()
+	// what the SELECT returns out of the caches.
+	gen, unknownGen := s.keys.generation(), s.unknownKeys.generation()
 	const q = `
 		SELECT role, coalesce(tenant_id, 0), secret_hash, revoked_at IS NOT NULL, last_used_at
 		FROM api_keys WHERE id = $1`
@@ -224,12 +252,17 @@ func (s *Service) Authenticate(ctx context.Context, key string) (Principal, erro
 	err := s.pool.QueryRow(ctx, q, id).Scan(&p.Role, &p.TenantID, &stored, &revoked, &lastUsed)
 	if isNoRows(err) {
 		subtle.ConstantTimeCompare(sum[:], dummyHash)
+		s.unknownKeys.put(unknownGen, id, struct{}{})
 		return Principal{}, errUnauthorized
 	}
 	if err != nil {
 		return Principal{}, internalf("authenticate: %w", err)
 	}
-	if subtle.ConstantTimeCompare(sum[:], stored) != 1 || revoked {
+	if subtle.ConstantTimeCompare(sum[:], stored) != 1 {
+		return Principal{}, errUnauthorized
+	}
+	if revoked {
+		s.unknownKeys.put(unknownGen, id, struct{}{})
 		return Principal{}, errUnauthorized
 	}
 	e := cachedKey{role: p.Role, tenantID: p.TenantID}

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"crypto/sha256"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // The API key cache spares Authenticate its database round trip. It holds
 // valid, non-revoked keys only, and only while a listener on a dedicated
 // connection hears NOTIFY payorch_api_keys (migration 00005: sent after
-// anything authentication reads changes, and on delete), so a revocation
+// anything authentication reads changes, and on delete; 00020: and on
+// insert), so a revocation
 // anywhere reaches every instance within the notification's delivery time.
 // Whenever the listener is down the cache is off and empty: every
 // Authenticate reads the database, as without the cache. The same
@@ -30,6 +32,13 @@ const (
 	// keyCacheMaxAge is a backstop: an entry is re-read at least this often
 	// even if no notification ever came.
 	keyCacheMaxAge = 60 * time.Second
+
+	// unknownKeyMaxEntries bounds the ids remembered as authenticating
+	// nobody; past it an arbitrary one goes.
+	unknownKeyMaxEntries = 10_000
+	// unknownKeyMaxAge is how long such an id is remembered: how long a key
+	// created with it could be refused, were its notification lost.
+	unknownKeyMaxAge = 30 * time.Second
 
 	keyListenerMinBackoff = 100 * time.Millisecond
 	keyListenerMaxBackoff = 10 * time.Second
@@ -57,6 +66,29 @@ type keyCache struct {
 
 func newKeyCache(maxEntries int, maxAge time.Duration) *keyCache {
 	return &keyCache{newListenedCache[string, cachedKey](maxEntries, maxAge)}
+}
+
+// unknownKeys remembers key ids that authenticated nobody (no such key, or
+// a revoked one), so that a client repeating a made-up or revoked key is
+// refused without a database read each time. Unlike keyCache it is on
+// whether or not the listener runs: a stale entry can only refuse a key
+// for unknownKeyMaxAge, never accept one. The notifications (migration
+// 00020: key creation notifies too), a key's creation on this instance and
+// the listener's coming up or going down drop entries; the generation
+// protocol keeps a read from before a key's creation out of it after.
+type unknownKeys struct {
+	*listenedCache[string, struct{}]
+}
+
+func newUnknownKeys(maxEntries int, maxAge time.Duration) *unknownKeys {
+	c := &unknownKeys{newListenedCache[string, struct{}](maxEntries, maxAge)}
+	c.setEnabled(true)
+	return c
+}
+
+// invalidate drops id ("" drops every entry) and advances the generation.
+func (c *unknownKeys) invalidate(id string) {
+	c.listenedCache.invalidate(id, id == "")
 }
 
 // lastUsedDue reports whether a key last used at lastUsed (zero: never) is
@@ -121,10 +153,12 @@ func (s *Service) StartKeyCache(ctx context.Context) (stop func()) {
 }
 
 // setCachesEnabled turns the caches that live on the listener's
-// notifications (API keys, routing) on or off, emptying them.
+// notifications (API keys, routing) on or off, emptying them. The unknown
+// keys stay on but are emptied too: notifications may have been missed.
 func (s *Service) setCachesEnabled(on bool) {
 	s.keys.setEnabled(on)
 	s.routes.setEnabled(on)
+	s.unknownKeys.invalidate("")
 }
 
 // listenForKeys keeps a listener connection up until ctx is done; the
@@ -173,6 +207,23 @@ func (s *Service) listenForKeys(ctx context.Context) {
 	}
 }
 
+// keyCreatedPrefix marks the notification of a new key id (migration
+// 00020); other payloads are the id of a changed or deleted key, or "" for
+// all of them.
+const keyCreatedPrefix = "new:"
+
+// keyNotification drops what this instance holds about the key a
+// payorch_api_keys notification names. A new id can make no cached key
+// stale, only its memory as unknown.
+func (s *Service) keyNotification(payload string) {
+	if id, created := strings.CutPrefix(payload, keyCreatedPrefix); created {
+		s.unknownKeys.invalidate(id)
+		return
+	}
+	s.keys.invalidate(payload)
+	s.unknownKeys.invalidate(payload)
+}
+
 // keyListenerConn opens the listener's own connection, configured by
 // Config.ListenConfig or else like the pool's, and LISTENs on it on both
 // channels.
@@ -196,7 +247,8 @@ func (s *Service) keyListenerConn(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// keyNotifications evicts the key, or the tenant's routing, of each
+// keyNotifications evicts the key (cached, or remembered as unknown), or
+// the tenant's routing, of each
 // notification on conn until conn fails (its error is returned) or ctx is
 // done.
 func (s *Service) keyNotifications(ctx context.Context, conn *pgx.Conn) error {
@@ -207,7 +259,7 @@ func (s *Service) keyNotifications(ctx context.Context, conn *pgx.Conn) error {
 		switch {
 		case n == nil:
 		case n.Channel == keyCacheChannel:
-			s.keys.invalidate(n.Payload)
+			s.keyNotification(n.Payload)
 		case n.Channel == routingCacheChannel:
 			s.routes.invalidatePayload(n.Payload)
 		}

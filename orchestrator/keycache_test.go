@@ -63,7 +63,7 @@ func hashOf(key string) []byte { sum := sha256.Sum256([]byte(key)); return sum[:
 // reach the cache only by its own means (eviction, clearing, expiry).
 func noNotify(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(), `ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify`); err != nil {
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify, DISABLE TRIGGER api_keys_notify_insert`); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -373,12 +373,19 @@ func TestKeyCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, _, _, err := s.CreateTenant(ctx, "Beta")
+		other, ok, _, err := s.CreateTenant(ctx, "Beta")
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Creating a key notifies its id (migration 00020), so that an
+		// instance that remembers the id as unknown forgets it.
+		for _, id := range []string{k.ID, ok.ID} {
+			if got := next(); got != "id:new:"+id {
+				t.Fatalf("insert notified %s, want id:%s", got, id)
+			}
+		}
 		if got := next(); got != "none" {
-			t.Fatalf("insert notified %s", got)
+			t.Fatalf("after the inserts: %s", got)
 		}
 		mustAuth(t, s, key) // writes last_used_at
 		for _, q := range []string{
@@ -408,11 +415,23 @@ func TestKeyCache(t *testing.T) {
 				t.Fatalf("%s notified %s, want id:%s", q, got, k.ID)
 			}
 		}
-		// A rolled-back change notifies nobody.
-		_, _, err = s.CreateAPIKey(ctx, RoleAdmin, 0, "")
+		// A changed id notifies both.
+		admin, _, err := s.CreateAPIKey(ctx, RoleAdmin, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
+		if got := next(); got != "id:new:"+admin.ID {
+			t.Fatalf("insert notified %s, want id:new:%s", got, admin.ID)
+		}
+		if _, err := pool.Exec(ctx, `UPDATE api_keys SET id = 'key_0123456789abcdef' WHERE id = $1`, admin.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{admin.ID, "new:key_0123456789abcdef"} {
+			if got := next(); got != "id:"+id {
+				t.Fatalf("id change notified %s, want id:%s", got, id)
+			}
+		}
+		// A rolled-back change notifies nobody.
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -117,8 +117,11 @@ type Service struct {
 
 	// keys caches valid API keys, and routes tenants' active routing,
 	// while StartKeyCache's listener runs.
-	keys          *keyCache
-	routes        *routingCache
+	keys   *keyCache
+	routes *routingCache
+	// unknownKeys remembers ids that authenticated nobody, listener or
+	// not.
+	unknownKeys   *unknownKeys
 	keyListenerMu sync.Mutex
 	keyListenerOn bool
 	// listenConfig is Config.ListenConfig.
@@ -126,6 +129,9 @@ type Service struct {
 	// keyListenerDial opens the cache's listener connection; nil means
 	// keyListenerConn (tests stand in for it).
 	keyListenerDial func(context.Context) (*pgx.Conn, error)
+	// keyMaterial makes a new key's id, secret and hash; nil means
+	// newKeyMaterial (tests choose the id).
+	keyMaterial func() (id, secret string, hash []byte)
 }
 
 // NewService returns a Service on cfg.Pool.
@@ -133,7 +139,8 @@ func NewService(cfg Config) *Service {
 	s := &Service{pool: cfg.Pool, now: cfg.Clock, logger: cfg.Logger, providers: cfg.Providers,
 		defaultProvider: cfg.DefaultProvider, providerTimeout: cfg.ProviderTimeout, lease: cfg.Lease, keyTTL: cfg.KeyTTL,
 		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache),
-		routes: newRoutingCache(routingCacheMaxEntries, routingCacheMaxAge)}
+		routes:      newRoutingCache(routingCacheMaxEntries, routingCacheMaxAge),
+		unknownKeys: newUnknownKeys(unknownKeyMaxEntries, unknownKeyMaxAge)}
 	s.schemaVersions, s.listenConfig = cfg.SchemaVersions, cfg.ListenConfig
 	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
 	if s.maxAttempts <= 0 {

@@ -44,6 +44,7 @@ func (s *Service) CreateTenant(ctx context.Context, name string) (Tenant, APIKey
 		k, secret, err = s.createAPIKey(ctx, tx, RoleMerchant, t.ID, "first key of "+name)
 		return err
 	})
+	s.keyCreated(k.ID)
 	if err != nil {
 		return Tenant{}, APIKey{}, "", err
 	}

@@ -75,6 +75,11 @@ type config struct {
 	// console sign-ins one client address may make per 5 minutes; 0 turns
 	// the limit off.
 	ConsoleSignInLimit int
+	// AuthFailureLimit (PAYORCH_AUTH_FAILURE_LIMIT) is how many failed API
+	// authentications (made-up, revoked or mistyped keys) one client
+	// address may make per minute; past it its API requests are answered
+	// 429 without reading the database. 0 turns the limit off.
+	AuthFailureLimit int
 	// TrustedProxies (PAYORCH_TRUSTED_PROXIES) are the reverse proxies,
 	// comma-separated addresses or CIDR ranges, whose X-Forwarded-For names
 	// the client; empty means the client is the connection's peer.
@@ -292,6 +297,7 @@ func defaultConfig() config {
 		ReadReplicaMaxWait: readreplica.DefaultMaxWait,
 
 		ConsoleSignInLimit: 10,
+		AuthFailureLimit:   30,
 
 		DefaultProvider:  "fake",
 		ProviderTimeout:  15 * time.Second,
@@ -420,6 +426,7 @@ func (c *config) readHTTP(e *envReader) {
 		c.RateLimit = f
 	}
 	e.num("PAYORCH_CONSOLE_SIGNIN_LIMIT", &c.ConsoleSignInLimit)
+	e.num("PAYORCH_AUTH_FAILURE_LIMIT", &c.AuthFailureLimit)
 	if v := e.getenv("PAYORCH_TRUSTED_PROXIES"); v != "" {
 		for _, f := range strings.Split(v, ",") {
 			f = strings.TrimSpace(f)
@@ -514,6 +521,8 @@ func (c config) validateServer() error {
 		return errors.New("PAYORCH_RATE_LIMIT: must be 0 (off) or positive")
 	case c.ConsoleSignInLimit < 0:
 		return errors.New("PAYORCH_CONSOLE_SIGNIN_LIMIT: must be 0 (off) or positive")
+	case c.AuthFailureLimit < 0:
+		return errors.New("PAYORCH_AUTH_FAILURE_LIMIT: must be 0 (off) or positive")
 	case c.DevPGPort <= 0 || c.DevPGPort > 65535:
 		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
 	case c.ReplayCache < 0 || c.ReplayCache > 1_000_000:
@@ -675,6 +684,25 @@ func (c config) publicURL() (*url.URL, error) {
 	}
 	return u, nil
 }
+
+// insecureConsoleCookies reports whether, in production, nothing would
+// ever make the console's cookies Secure: plain HTTP (no PAYORCH_TLS_CERT),
+// no trusted proxy whose X-Forwarded-Proto could say https, and no https
+// PAYORCH_PUBLIC_URL. A browser then sends the session cookie over any
+// plain-HTTP connection to the host, where anyone on the path can read it.
+func (c config) insecureConsoleCookies() bool {
+	if c.Environment != envProduction || c.TLSCert != "" || len(c.TrustedProxies) > 0 {
+		return false
+	}
+	u, err := c.publicURL()
+	return c.PublicURL == "" || err != nil || u.Scheme != "https"
+}
+
+// insecureCookiesWarning is what serve logs when insecureConsoleCookies.
+const insecureCookiesWarning = "console cookies will not be Secure: serving plain HTTP in production with no TLS certificate " +
+	"(PAYORCH_TLS_CERT), no trusted proxy (PAYORCH_TRUSTED_PROXIES) and no https PAYORCH_PUBLIC_URL, so browsers " +
+	"send the console session cookie over plain HTTP; set PAYORCH_PUBLIC_URL=https://… if a TLS proxy is in front, " +
+	"or one of the others"
 
 // Deployment environments (PAYORCH_ENVIRONMENT).
 const (

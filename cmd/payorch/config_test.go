@@ -32,6 +32,22 @@ func TestConsoleSignInLimitConfig(t *testing.T) {
 	}
 }
 
+func TestAuthFailureLimitConfig(t *testing.T) {
+	t.Parallel()
+	for env, want := range map[string]int{"": 30, "0": 0, "100": 100} {
+		cfg, err := loadConfig(envOf(map[string]string{"PAYORCH_AUTH_FAILURE_LIMIT": env}))
+		if err != nil || cfg.AuthFailureLimit != want {
+			t.Errorf("PAYORCH_AUTH_FAILURE_LIMIT=%q: %d (%v), want %d", env, cfg.AuthFailureLimit, err, want)
+		}
+	}
+	for _, bad := range []string{"-1", "many"} {
+		if _, err := loadConfig(envOf(map[string]string{"PAYORCH_AUTH_FAILURE_LIMIT": bad})); err == nil ||
+			!strings.Contains(err.Error(), "PAYORCH_AUTH_FAILURE_LIMIT") {
+			t.Errorf("PAYORCH_AUTH_FAILURE_LIMIT=%q: err %v", bad, err)
+		}
+	}
+}
+
 func TestTrustedProxiesConfig(t *testing.T) {
 	t.Parallel()
 	cfg, err := loadConfig(envOf(nil))

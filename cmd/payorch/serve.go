@@ -145,6 +145,9 @@ func prepareServe(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *s
 			return nil, nil, nil, err
 		}
 	}
+	if cfg.insecureConsoleCookies() {
+		logger.Warn(insecureCookiesWarning)
+	}
 	if cfg.AutoMigrate {
 		if err := migrateDirect(ctx, cfg, pool, logger); err != nil {
 			return nil, nil, nil, err
@@ -186,6 +189,10 @@ func newAPIServer(cfg config, svc *orchestrator.Service, rec *reconcile.Reconcil
 	if signInLimit == 0 {
 		signInLimit = -1 // off
 	}
+	authFailureLimit := cfg.AuthFailureLimit
+	if authFailureLimit == 0 {
+		authFailureLimit = -1 // off
+	}
 	return httpapi.New(httpapi.Config{
 		Reconciler:       rec,
 		Service:          svc,
@@ -198,6 +205,7 @@ func newAPIServer(cfg config, svc *orchestrator.Service, rec *reconcile.Reconcil
 		MetricsHandler:   metricsHandler,
 
 		ConsoleSignInLimit: signInLimit,
+		AuthFailureLimit:   authFailureLimit,
 		TrustedProxies:     cfg.TrustedProxies,
 		PublicURL:          publicURL,
 		TLSConfig:          tlsConfig,

@@ -56,6 +56,57 @@ func TestPublicURLTLSAndMetricsListenConfig(t *testing.T) {
 	}
 }
 
+func TestInsecureConsoleCookies(t *testing.T) {
+	t.Parallel()
+	prod := map[string]string{"PAYORCH_ENVIRONMENT": "production", "PAYORCH_DEFAULT_PROVIDER": "stripe", "STRIPE_SECRET_KEY": "sk_test_123"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"PlainHTTP", prod, true},
+		{"HTTPPublicURL", withEnv(prod, "PAYORCH_PUBLIC_URL", "http://pay.example.com"), true},
+		{"HTTPSPublicURL", withEnv(prod, "PAYORCH_PUBLIC_URL", "HTTPS://pay.example.com"), false},
+		{"TLS", withEnv(prod, "PAYORCH_TLS_CERT", "cert.pem", "PAYORCH_TLS_KEY", "key.pem"), false},
+		{"TrustedProxy", withEnv(prod, "PAYORCH_TRUSTED_PROXIES", "10.0.0.7"), false},
+		{"Development", withEnv(prod, "PAYORCH_ENVIRONMENT", "development"), false},
+		{"Test", withEnv(prod, "PAYORCH_ENVIRONMENT", "test"), false},
+	} {
+		cfg, err := loadConfig(envOf(tc.env))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := cfg.insecureConsoleCookies(); got != tc.want {
+			t.Errorf("%s: insecure %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestServeWarnsOfInsecureCookiesInProduction runs `payorch serve` as a
+// production deployment would be started by mistake, on plain HTTP with
+// nothing to make the console's cookies Secure, and once with an https
+// public URL.
+func TestServeWarnsOfInsecureCookiesInProduction(t *testing.T) {
+	t.Parallel()
+	prod := map[string]string{"DATABASE_URL": pgtest.URL(t), "PAYORCH_ENVIRONMENT": "production",
+		"PAYORCH_DEFAULT_PROVIDER": "stripe", "STRIPE_SECRET_KEY": "sk_test_123", "STRIPE_API_BASE": "http://127.0.0.1:9",
+		"PAYORCH_RECONCILE_SCHEDULE": "off"}
+	warned := func(logs string) bool {
+		for line := range strings.Lines(logs) {
+			if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "console cookies will not be Secure") {
+				return true
+			}
+		}
+		return false
+	}
+	if s := startServe(t, prod); !warned(s.logs.String()) {
+		t.Fatalf("no warning of insecure cookies at start:\n%s", tail(s.logs.String(), 4000))
+	}
+	if s := startServe(t, withEnv(prod, "PAYORCH_PUBLIC_URL", "https://pay.example.com")); warned(s.logs.String()) {
+		t.Fatalf("warned of insecure cookies with an https public URL:\n%s", tail(s.logs.String(), 4000))
+	}
+}
+
 // writeSelfSignedCert writes a certificate for 127.0.0.1 and its key as
 // PEM files and returns their paths and a pool that trusts it.
 func writeSelfSignedCert(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
