@@ -69,8 +69,12 @@ func newEnvWith(t testing.TB, clk *testkit.Clock, fc *fake.Client) *env {
 func newEnvOn(t testing.TB, clk *testkit.Clock, fc *fake.Client, pool *pgxpool.Pool) *env {
 	t.Helper()
 	provs := map[string]providers.Provider{"fake": fc}
+	// The provider timeout is generous: on a loaded machine a slow answer
+	// must not leave a payment pending that the day's shape needs settled
+	// (a capture of it then fails). Only TestStuckPendingAndLapsedHolds
+	// waits for it, once.
 	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Clock: clk.Now, Providers: provs, DefaultProvider: "fake",
-		ProviderTimeout: 500 * time.Millisecond})
+		ProviderTimeout: 3 * time.Second})
 	tenant, _, _, err := svc.CreateTenant(context.Background(), "Acme")
 	if err != nil {
 		t.Fatal(err)
