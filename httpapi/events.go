@@ -9,7 +9,7 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 )
 
-// Events (issue #15): the outbox's events, read through the API. A
+// Events: the outbox's events, read through the API. A
 // merchant reads its tenant's, support every tenant's, finance every
 // tenant's and the staff events (reconciliation.run.…), which have no
 // tenant.

@@ -12,7 +12,7 @@ import (
 	"github.com/payorch/payorch/orchestrator"
 )
 
-// Webhook endpoints and deliveries (issue #15): merchants register the
+// Webhook endpoints and deliveries: merchants register the
 // URLs their events are delivered to, finance (and admin, as for
 // reconciliation) the staff endpoints that receive the reconciliation
 // events, and merchants and support read an event's deliveries and send it

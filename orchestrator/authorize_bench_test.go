@@ -264,7 +264,7 @@ func (w *benchWorld) chunk(b *testing.B, oneStatement bool, n int) benchTotals {
 // afterwards by CompleteIdempotent (the statements of the payment then
 // move no recovery point of the key either: slightly less to write than
 // the settle-then-complete path had before the answer became a domain
-// value, issue #13).
+// value).
 func (w *benchWorld) authorize(svc *orchestrator.Service, key string, oneStatement bool) error {
 	ctx := context.Background()
 	begin, err := svc.BeginIdempotent(ctx, orchestrator.IdempotencyRequest{

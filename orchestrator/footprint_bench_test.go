@@ -16,7 +16,7 @@ var footprintTables = []string{"payments", "payment_attempts", "payment_events",
 	"events", "webhook_deliveries"}
 
 // BenchmarkFootprint measures what one payment costs the database, for the
-// capacity model (issue #18 item 6, docs/capacity.md), on the durable
+// capacity model (docs/operations.md, Capacity), on the durable
 // cluster: footprintPayments authorizations (16 at once, each under its
 // key, with the merchant's one webhook endpoint registered so each event
 // has a delivery row, not sent) then a capture of each (keyed too). It

@@ -33,7 +33,7 @@ var hotPathClasses = []struct {
 }
 
 // BenchmarkHotPathStatements says where PostgreSQL's time goes on a new
-// authorization (issue #17): the Service authorizes b.N new payments as
+// authorization: the Service authorizes b.N new payments as
 // BenchmarkAuthorize's one_statement variant does (16 at a time, the
 // fake provider over loopback HTTP), on a durable cluster that keeps
 // statement statistics (pgtest.DurableStatsURL: pg_stat_statements with

@@ -1,6 +1,6 @@
 package orchestrator
 
-// Provider webhooks in (issue #16): POST /webhooks/{connector} hands the
+// Provider webhooks in: POST /webhooks/{connector} hands the
 // raw body and headers to ReceiveWebhook, which has the connector's
 // adapter verify the signature (providers.WebhookVerifier), then, in one
 // transaction, stores the event raw, deduplicated on (connector, provider

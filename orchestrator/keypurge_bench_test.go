@@ -15,7 +15,7 @@ import (
 const keyPurgeCycles = 6
 
 // BenchmarkKeyPurge measures the key sweeper on 1,000,000 expired keys
-// (issue #18: purge without long locks or bloat), on the durable cluster:
+// (the aim: purge without long locks or bloat), on the durable cluster:
 // completed keys with a 600-byte stored answer, under random keys (as
 // clients' UUIDs are), are written, expired, then purged in the
 // sweeper's batches of 1000 (PurgeExpiredKeys, as serve runs it), then

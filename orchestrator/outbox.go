@@ -1,10 +1,11 @@
 package orchestrator
 
-// Events for merchants and staff (issue #15): the outbox. Each state
-// change of a payment and each new attempt writes one event in the same
-// transaction as the change (migration 00009's trigger on payment_events),
-// and so does each reconciliation run that finishes (its trigger on
-// reconciliation_runs), so an event exists exactly when its change
+// Events for merchants and staff: the outbox. Each state change of a
+// payment and each new attempt, each capture, cancel or refund that ends,
+// each dispute and each reconciliation run that finishes writes one event
+// in the same transaction as the change (the triggers on payments,
+// payment_operations, payment_disputes and reconciliation_runs, from
+// migration 00009 on), so an event exists exactly when its change
 // committed. This file reads them.
 
 import (

@@ -19,7 +19,7 @@ import (
 // draining a backlog: b.N events (of b.N payments, written by the outbox
 // trigger as payments write them), one endpoint on loopback that
 // answers 200 at once, passes run back to back until none is due. Durable
-// cluster (fsync, synchronous_commit on). Reports events/s (issue #15's
+// cluster (fsync, synchronous_commit on). Reports events/s (the
 // aim: at least 1,000).
 func BenchmarkWebhookDelivery(b *testing.B) {
 	ctx := context.Background()
@@ -68,7 +68,7 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 }
 
 // BenchmarkWebhookBacklog measures what draining a webhook backlog does to
-// concurrent authorizations (issue #15's aim: a backlog of 100,000 events
+// concurrent authorizations (the aim: a backlog of 100,000 events
 // drains without raising authorize p99 by more than 20%). Durable cluster.
 // Phase quiet: benchClients clients authorize for authorizeFor, nothing
 // else runs. Phase draining: backlog events (100,000 with -benchtime 1x;

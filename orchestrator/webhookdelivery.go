@@ -1,6 +1,6 @@
 package orchestrator
 
-// Webhook deliveries (issue #15), as merchants and support see them: one
+// Webhook deliveries, as merchants and support see them: one
 // per event and endpoint, with every attempt of it, and the reset that
 // sends an event again. The delivery worker makes the attempts.
 

@@ -1,6 +1,6 @@
 package orchestrator
 
-// Webhook endpoints (issue #15): where a tenant's events are delivered,
+// Webhook endpoints: where a tenant's events are delivered,
 // each with the secret that signs its deliveries (orchestrator/webhooksig).
 // Staff endpoints (finance's, with no tenant) receive the staff events:
 // reconciliation runs finishing (ReconciliationEventTypes), and the

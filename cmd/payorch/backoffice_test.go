@@ -28,7 +28,7 @@ import (
 	"github.com/payorch/payorch/providers/fake"
 )
 
-// TestBackofficeWorkNeverStarvesPayments is issue #12's attack on a real
+// TestBackofficeWorkNeverStarvesPayments is a finance-heavy attack on a real
 // `payorch serve` with a small main pool (8) and the default back-office
 // pool (4, so 2 runs at once): while merchants authorize payments, finance starts 25
 // reconciliations of a big day at once (each storing over 5,000 findings,

@@ -88,7 +88,7 @@ func BenchmarkServe(b *testing.B) {
 // scenarios (NewAuthorize with its pgbench floor, Capture) on the
 // throw-away cluster (fsync, synchronous_commit and full_page_writes off),
 // where commits cost no disk flush, so the figures are CPU and round trips
-// only, comparable with the figures before issue #17. No payments team
+// only, comparable with the figures of earlier commits. No payments team
 // runs PostgreSQL this way. Replays and the storm, which hardly write, are
 // measured on the durable cluster only, as is everything against the
 // peer; commits and WAL flushes are not counted here (no flushes).
