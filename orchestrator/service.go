@@ -70,6 +70,9 @@ type Config struct {
 	// senders drain a backlog more slowly and leave more of the machine
 	// to payments.
 	WebhookSenders int
+	// WebhookTimeout bounds one delivery attempt, connection included;
+	// 0 means WebhookTimeout, which is also the most it can be.
+	WebhookTimeout time.Duration
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -106,6 +109,7 @@ type Service struct {
 	webhookClient       *http.Client
 	webhookAllowPrivate bool
 	webhookSenders      int
+	webhookTimeout      time.Duration
 	holdExpiringLead    time.Duration
 	holdActionLead      time.Duration
 	providerTimeout     time.Duration
@@ -150,6 +154,10 @@ func NewService(cfg Config) *Service {
 	s.webhookSenders = cfg.WebhookSenders
 	if s.webhookSenders <= 0 {
 		s.webhookSenders = DefaultWebhookSenders
+	}
+	s.webhookTimeout = cfg.WebhookTimeout
+	if s.webhookTimeout <= 0 || s.webhookTimeout > WebhookTimeout {
+		s.webhookTimeout = WebhookTimeout
 	}
 	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
