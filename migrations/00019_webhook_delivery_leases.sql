@@ -20,8 +20,11 @@
 -- webhook_deliveries_endpoint_pending_idx (endpoint_id) becomes
 -- (endpoint_id, next_attempt_at): a claim takes each endpoint's oldest due
 -- deliveries from it, and the give-up of a disabled endpoint's deliveries
--- still reads it by endpoint_id. One index for one, so the writers on the
--- money path (webhook_fan_out) maintain no more indexes than before.
+-- still reads it by endpoint_id. webhook_deliveries_due_idx
+-- (next_attempt_at) goes: claims no longer take the oldest due deliveries
+-- of all endpoints together, and nothing else reads it. Every delivery
+-- written (webhook_fan_out, on the money path) and every claim maintain
+-- one index fewer.
 --
 -- The breaker of an endpoint: consecutive_timeouts counts its attempts in
 -- a row that got no answer (timed out, or failed to connect); at
@@ -37,6 +40,7 @@ CREATE INDEX webhook_deliveries_leased_idx ON webhook_deliveries (endpoint_id, l
 CREATE INDEX webhook_deliveries_endpoint_due_idx ON webhook_deliveries (endpoint_id, next_attempt_at)
     WHERE status = 'pending';
 DROP INDEX webhook_deliveries_endpoint_pending_idx;
+DROP INDEX webhook_deliveries_due_idx;
 
 ALTER TABLE webhook_endpoints
     ADD COLUMN consecutive_timeouts integer NOT NULL DEFAULT 0,
@@ -48,6 +52,7 @@ ALTER TABLE webhook_endpoints
     DROP COLUMN paused_until,
     DROP COLUMN breaker_opens,
     DROP COLUMN consecutive_timeouts;
+CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_endpoint_pending_idx ON webhook_deliveries (endpoint_id) WHERE status = 'pending';
 DROP INDEX webhook_deliveries_endpoint_due_idx;
 DROP INDEX webhook_deliveries_leased_idx;

@@ -110,6 +110,7 @@ type Service struct {
 	webhookAllowPrivate bool
 	webhookSenders      int
 	webhookTimeout      time.Duration
+	webhookFast         *fastEndpoints
 	holdExpiringLead    time.Duration
 	holdActionLead      time.Duration
 	providerTimeout     time.Duration
@@ -159,6 +160,7 @@ func NewService(cfg Config) *Service {
 	if s.webhookTimeout <= 0 || s.webhookTimeout > WebhookTimeout {
 		s.webhookTimeout = WebhookTimeout
 	}
+	s.webhookFast = newFastEndpoints()
 	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {

@@ -5,7 +5,7 @@ package orchestrator
 // health and breaker, and the disabling of endpoints failing for 3 days.
 
 import (
-	"context"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,32 +22,33 @@ const (
 	webhookBreakerMaxPause = 30 * time.Minute
 )
 
-// webhookClaimLock is taken by each claim, in its transaction: shared and
-// only if free at once, outboxPassLock (history.go: no claim while a
-// partition of the outbox is being made or dropped; the next one goes),
-// then an exclusive lock that serialises the claims of every instance, so
-// that each counts the leases in force, per endpoint, with the others'
-// committed. It returns false when the claim is to be skipped.
-const webhookClaimLock = `
-	SELECT CASE WHEN pg_try_advisory_xact_lock_shared(` + outboxPassLockKey + `)
-		THEN (SELECT true FROM pg_advisory_xact_lock(hashtextextended('webhook_deliveries:claim', 0)))
-		ELSE false END`
+// webhookClaimLock serialises the claims of every instance: each runs in
+// its transaction after it, so that it counts the leases in force, per
+// endpoint, with the others' committed (each statement of a transaction
+// reads what was committed when it began).
+const webhookClaimLock = `SELECT pg_advisory_xact_lock(hashtextextended('webhook_deliveries:claim', 0))`
 
 // claimDeliveriesSQL leases up to @limit due deliveries until
-// @lease_until and returns them with what sending needs. Each endpoint
+// @lease_until and returns them with what sending needs; none while a
+// partition change of the outbox holds outboxPassLock (history.go: the
+// claim takes it shared, if it is free at once; the next claim goes).
+// Each endpoint
 // that is enabled, and not paused by its breaker, has room for
 // @endpoint_cap deliveries in flight (1, the probe, while its breaker has
-// tripped) less its leases in force; it gives its oldest due deliveries up
+// tripped; @limit if it is one of the @fast) less its leases in force; it gives its oldest due deliveries up
 // to its room, and these are taken round-robin: each tenant's first, then
 // each tenant's second …, a tenant's endpoints taking turns.
 const claimDeliveriesSQL = `
-	WITH endpoint AS (
+	WITH free AS (
+		SELECT pg_try_advisory_xact_lock_shared(` + outboxPassLockKey + `) AS free
+	), endpoint AS (
 		SELECT w.id, w.tenant_id,
-			CASE WHEN w.consecutive_timeouts >= @trips THEN 1 ELSE @endpoint_cap END
+			CASE WHEN w.consecutive_timeouts >= @trips THEN 1 WHEN w.id = ANY (@fast::text[]) THEN @limit
+				ELSE @endpoint_cap END
 				- (SELECT count(*) FROM webhook_deliveries l
 					WHERE l.endpoint_id = w.id AND l.status = 'pending' AND l.leased_until > @now) AS room
-		FROM webhook_endpoints w
-		WHERE w.enabled AND w.deleted_at IS NULL AND (w.paused_until IS NULL OR w.paused_until <= @now)
+		FROM webhook_endpoints w, free
+		WHERE free.free AND w.enabled AND w.deleted_at IS NULL AND (w.paused_until IS NULL OR w.paused_until <= @now)
 	), due AS (
 		SELECT ep.tenant_id, d.event_id, d.endpoint_id, d.next_attempt_at,
 			row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at) AS turn
@@ -78,17 +79,21 @@ const claimDeliveriesSQL = `
 	JOIN events e ON e.id = c.event_id
 	JOIN webhook_endpoints w ON w.id = c.endpoint_id`
 
-// claimDeliveries claims up to limit due deliveries in tx (nothing while
-// a partition change of the outbox holds outboxPassLock).
-func (s *Service) claimDeliveries(ctx context.Context, tx pgx.Tx, limit int) ([]dueDelivery, error) {
-	var free bool
-	if err := tx.QueryRow(ctx, webhookClaimLock).Scan(&free); err != nil || !free {
+// queueClaim queues on b the claim of up to limit due deliveries.
+func (s *Service) queueClaim(b *pgx.Batch, limit int) {
+	now := s.now()
+	b.Queue(webhookClaimLock)
+	b.Queue(claimDeliveriesSQL, namedArgs{"now": now, "limit": limit,
+		"lease_until": now.Add(s.webhookTimeout + webhookLeaseMargin), "trips": webhookBreakerTrips,
+		"endpoint_cap": max(1, s.webhookSenders/webhookEndpointShare), "fast": s.webhookFast.list()})
+}
+
+// readClaim reads the deliveries queueClaim claimed.
+func readClaim(br pgx.BatchResults) ([]dueDelivery, error) {
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
-	now := s.now()
-	rows, _ := tx.Query(ctx, claimDeliveriesSQL, namedArgs{"now": now, "limit": limit,
-		"lease_until": now.Add(s.webhookTimeout + webhookLeaseMargin), "trips": webhookBreakerTrips,
-		"endpoint_cap": max(1, s.webhookSenders/webhookEndpointShare)})
+	rows, _ := br.Query()
 	return pgx.CollectRows(rows, pgx.RowToStructByName[dueDelivery])
 }
 
@@ -145,13 +150,9 @@ type recorded struct {
 	opens    int
 }
 
-// recordAttempts records the attempts ended, in tx.
-func recordAttempts(ctx context.Context, tx pgx.Tx, ended []sentDelivery) (recorded, error) {
-	rec := recorded{outcomes: map[string]int{}}
-	if len(ended) == 0 {
-		return rec, nil
-	}
-	b := &pgx.Batch{}
+// queueRecords queues on b the records of the attempts ended, and
+// returns the outcome of each, for readRecords.
+func queueRecords(b *pgx.Batch, ended []sentDelivery) []string {
 	outcomes := make([]string, len(ended))
 	for i, x := range ended {
 		var args namedArgs
@@ -160,15 +161,19 @@ func recordAttempts(ctx context.Context, tx pgx.Tx, ended []sentDelivery) (recor
 		b.Queue(endpointHealthSQL, namedArgs{"endpoint_id": x.d.EndpointID, "ok": x.r.ok(), "answered": x.r.answered(),
 			"now": x.r.at, "trips": webhookBreakerTrips, "pause": webhookBreakerPause, "max_pause": webhookBreakerMaxPause})
 	}
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	for i := range ended {
+	return outcomes
+}
+
+// readRecords reads what the records queueRecords queued did.
+func readRecords(br pgx.BatchResults, outcomes []string) (recorded, error) {
+	rec := recorded{outcomes: map[string]int{}}
+	for _, outcome := range outcomes {
 		tag, err := br.Exec()
 		if err != nil {
 			return rec, err
 		}
 		if tag.RowsAffected() == 1 {
-			rec.outcomes[outcomes[i]]++
+			rec.outcomes[outcome]++
 		} else {
 			rec.outcomes["unrecorded"]++
 		}
@@ -180,7 +185,7 @@ func recordAttempts(ctx context.Context, tx pgx.Tx, ended []sentDelivery) (recor
 			rec.opens++
 		}
 	}
-	return rec, br.Close()
+	return rec, nil
 }
 
 // recordArgs are the arguments of recordAttemptSQL for attempt r of d,
@@ -242,3 +247,34 @@ const disableFailingSQL = `
 	FROM ev JOIN webhook_endpoints w ON w.tenant_id IS NOT DISTINCT FROM ev.tenant_id
 	WHERE w.enabled AND w.deleted_at IS NULL AND w.id <> ev.object->>'id'
 		AND ('*' = ANY (w.event_types) OR ev.type = ANY (w.event_types))`
+
+// fastEndpoints are the endpoints whose last attempt from this instance
+// was answered within webhookFastAnswer (at most webhookFastMax of them).
+type fastEndpoints struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func newFastEndpoints() *fastEndpoints { return &fastEndpoints{ids: map[string]struct{}{}} }
+
+// note notes what an attempt to endpoint id got.
+func (f *fastEndpoints) note(id string, r deliveryResult) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !r.answered() || r.latency >= webhookFastAnswer {
+		delete(f.ids, id)
+	} else if len(f.ids) < webhookFastMax {
+		f.ids[id] = struct{}{}
+	}
+}
+
+// list returns the fast endpoints' ids.
+func (f *fastEndpoints) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]string, 0, len(f.ids))
+	for id := range f.ids {
+		ids = append(ids, id)
+	}
+	return ids
+}

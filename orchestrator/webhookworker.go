@@ -35,10 +35,15 @@ package orchestrator
 // senders (at least 1) in flight at once, counted across instances by
 // the leases in force, so a slow endpoint (one that accepts connections
 // and never answers, say) holds at most its share of the senders while
-// every other endpoint's deliveries go on. A claim takes each endpoint's
-// oldest due deliveries up to its room, and orders them round-robin:
-// first each tenant's first, then each tenant's second …, a tenant's own
-// endpoints taking turns.
+// every other endpoint's deliveries go on. An endpoint that answered this
+// instance's last attempt within webhookFastAnswer is fast: it may have
+// every sender free, as it gives them back within that time (a backlog
+// of a healthy endpoint drains at the speed it did before leases). If a
+// fast endpoint turns slow with many sends in flight, the others wait for
+// one timeout at most: its first attempt without a quick answer makes it
+// slow again. A claim takes each endpoint's oldest due deliveries up to
+// its room, and orders them round-robin: first each tenant's first, then
+// each tenant's second …, a tenant's own endpoints taking turns.
 //
 // Each endpoint has a breaker too: webhookBreakerTrips attempts in a row
 // without an answer (timed out, or no connection) open it. Its
@@ -97,9 +102,17 @@ const (
 	// due deliveries while others are in flight (it looks at once when
 	// one ends).
 	webhookClaimEvery = 200 * time.Millisecond
-	// webhookEndpointShare: one endpoint has at most 1/webhookEndpointShare
-	// of the senders in flight (at least 1).
+	// webhookGatherFor is how long a pass waits, once an attempt has
+	// ended, for others to end, to record them in one transaction.
+	webhookGatherFor = 10 * time.Millisecond
+	// webhookEndpointShare: an endpoint not known to be fast has at most
+	// 1/webhookEndpointShare of the senders in flight (at least 1).
 	webhookEndpointShare = 4
+	// webhookFastAnswer: an endpoint whose last attempt from this instance
+	// was answered within it is fast, and may have every free sender.
+	webhookFastAnswer = time.Second
+	// webhookFastMax bounds how many fast endpoints an instance keeps.
+	webhookFastMax = 1000
 )
 
 // webhookBackoff is the delay after the n-th failed attempt (n ≥ 1),
@@ -241,35 +254,52 @@ func (p *deliveryPass) run(ctx context.Context) error {
 		case <-tick.C:
 		case r := <-p.results:
 			p.inFlight--
-			ended = append(ended, r)
-		}
-		for more := true; more; { // and every other attempt ended meanwhile
-			select {
-			case r := <-p.results:
-				p.inFlight--
-				ended = append(ended, r)
-			default:
-				more = false
-			}
+			ended = p.gather(ctx, append(ended, r))
 		}
 	}
 }
 
+// gather adds to ended the attempts that end within webhookGatherFor,
+// stopping early once none is in flight, so that one transaction records
+// them together (and claims as many).
+func (p *deliveryPass) gather(ctx context.Context, ended []sentDelivery) []sentDelivery {
+	t := time.NewTimer(webhookGatherFor)
+	defer t.Stop()
+	for p.inFlight > 0 {
+		select {
+		case <-ctx.Done():
+			return ended
+		case <-t.C:
+			return ended
+		case r := <-p.results:
+			p.inFlight--
+			ended = append(ended, r)
+		}
+	}
+	return ended
+}
+
 // step records the attempts ended and claims up to free due deliveries,
-// in one short transaction, and counts what it recorded once committed.
+// in one short transaction (one round trip: a batch is one implicit
+// transaction), and counts what it recorded once committed.
 func (p *deliveryPass) step(ctx context.Context, ended []sentDelivery, free int) ([]dueDelivery, error) {
+	for _, x := range ended {
+		p.s.webhookFast.note(x.d.EndpointID, x.r)
+	}
+	b := &pgx.Batch{}
+	outcomes := queueRecords(b, ended)
+	if free > 0 {
+		p.s.queueClaim(b, free)
+	}
+	br := p.s.pool.SendBatch(ctx, b)
+	rec, err := readRecords(br, outcomes)
 	var claimed []dueDelivery
-	var rec recorded
-	err := pgx.BeginFunc(ctx, p.s.pool, func(tx pgx.Tx) error {
-		var err error
-		if rec, err = recordAttempts(ctx, tx, ended); err != nil {
-			return err
-		}
-		if free > 0 {
-			claimed, err = p.s.claimDeliveries(ctx, tx, free)
-		}
-		return err
-	})
+	if err == nil && free > 0 {
+		claimed, err = readClaim(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -245,6 +245,11 @@ type config struct {
 	// WebhookSenders (PAYORCH_WEBHOOK_SENDERS) is how many deliveries the
 	// delivery worker sends at once, 1 to 256 (default 32).
 	WebhookSenders int
+	// WebhookTimeout (PAYORCH_WEBHOOK_TIMEOUT) bounds one delivery
+	// attempt, connection included: from 1s to 10s (default 10s). An
+	// attempt's delivery is leased for it plus 5s, so a crashed instance's
+	// deliveries in flight go again that much later.
+	WebhookTimeout time.Duration
 	// webhookAllowPrivateSet says PAYORCH_WEBHOOK_ALLOW_PRIVATE was set.
 	webhookAllowPrivateSet bool
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
@@ -302,6 +307,7 @@ func defaultConfig() config {
 		SweepInterval:    time.Minute,
 		WebhookInterval:  time.Second,
 		WebhookSenders:   orchestrator.DefaultWebhookSenders,
+		WebhookTimeout:   orchestrator.WebhookTimeout,
 
 		HoldSweepInterval: time.Minute,
 		HoldExpiringLead:  orchestrator.DefaultHoldExpiringLead,
@@ -403,6 +409,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
 	num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
+	dur("PAYORCH_WEBHOOK_TIMEOUT", &c.WebhookTimeout)
 	dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
 	num("PAYORCH_HISTORY_RETENTION_MONTHS", &c.HistoryRetentionMonths)
 	num("PAYORCH_EVENTS_RETENTION_MONTHS", &c.EventsRetentionMonths)
@@ -494,6 +501,8 @@ func (c config) validate() error {
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
 	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
 		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
+	case c.WebhookTimeout < time.Second || c.WebhookTimeout > orchestrator.WebhookTimeout:
+		return fmt.Errorf("PAYORCH_WEBHOOK_TIMEOUT: must be from 1s to %s", orchestrator.WebhookTimeout)
 	case c.HistoryRetentionMonths < 0 || c.HistoryRetentionMonths > 1200:
 		return errors.New("PAYORCH_HISTORY_RETENTION_MONTHS: must be from 0 (keep everything) to 1200")
 	case c.EventsRetentionMonths < 0 || c.EventsRetentionMonths > 1200:

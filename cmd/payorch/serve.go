@@ -152,9 +152,10 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		workers = append(workers, orchestrator.NewWorker("webhooks", cfg.WebhookInterval, 2*orchestrator.WebhookTimeout+time.Minute, logger,
 			func(ctx context.Context) error {
 				// Passes follow each other at once while they find work,
-				// for up to 30 s (a pass takes at most one send timeout
-				// and its writes, well within the run's timeout: a pass
-				// cut short is rolled back and its deliveries sent again).
+				// for up to 30 s (a pass claims for 10 s, then waits at
+				// most one send timeout for those in flight: well within
+				// the run's timeout; sends cut short by it are not
+				// recorded, and go again when their leases end).
 				for start := time.Now(); time.Since(start) < 30*time.Second; {
 					st, err := svc.DeliverWebhooks(ctx)
 					if err != nil || st.Sent == 0 {
@@ -310,6 +311,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		MaxAttempts:         cfg.MaxAttempts,
 		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 		WebhookSenders:      cfg.WebhookSenders,
+		WebhookTimeout:      cfg.WebhookTimeout,
 		HoldExpiringLead:    cfg.HoldExpiringLead,
 		HoldActionLead:      cfg.HoldActionLead,
 		Breaker:             cfg.Breaker,
