@@ -74,7 +74,8 @@ const claimDeliveriesSQL = `
 	)
 	SELECT c.event_id, c.endpoint_id, c.attempts, c.leased_until, c.first_due,
 		e.tenant_id, e.type, e.payment_id, e.sequence, e.object, e.created_at,
-		w.url, w.secret, w.previous_secret, w.previous_secret_until
+		w.url, w.secret, w.previous_secret, w.previous_secret_until,
+		w.failing_since IS NULL AND w.consecutive_timeouts = 0 AS healthy
 	FROM claimed c
 	JOIN events e ON e.id = c.event_id
 	JOIN webhook_endpoints w ON w.id = c.endpoint_id`
@@ -151,31 +152,48 @@ type recorded struct {
 }
 
 // queueRecords queues on b the records of the attempts ended, and
-// returns the outcome of each, for readRecords.
-func queueRecords(b *pgx.Batch, ended []sentDelivery) []string {
-	outcomes := make([]string, len(ended))
+// returns what readRecords reads of each: its outcome, and whether its
+// endpoint's health is written too. An attempt answered 2xx by an endpoint
+// that was healthy when it was claimed changes nothing of it, the usual
+// case, and skips that statement. (Were the endpoint to fail another
+// attempt meanwhile, that attempt's delivery is retried, and the next
+// answer clears what this one would have.)
+func queueRecords(b *pgx.Batch, ended []sentDelivery) []queuedRecord {
+	queued := make([]queuedRecord, len(ended))
 	for i, x := range ended {
 		var args namedArgs
-		args, outcomes[i] = recordArgs(x.d, x.r)
+		args, queued[i].outcome = recordArgs(x.d, x.r)
 		b.Queue(recordAttemptSQL, args)
-		b.Queue(endpointHealthSQL, namedArgs{"endpoint_id": x.d.EndpointID, "ok": x.r.ok(), "answered": x.r.answered(),
-			"now": x.r.at, "trips": webhookBreakerTrips, "pause": webhookBreakerPause, "max_pause": webhookBreakerMaxPause})
+		if queued[i].health = !x.r.ok() || !x.d.Healthy; queued[i].health {
+			b.Queue(endpointHealthSQL, namedArgs{"endpoint_id": x.d.EndpointID, "ok": x.r.ok(),
+				"answered": x.r.answered(), "now": x.r.at, "trips": webhookBreakerTrips, "pause": webhookBreakerPause,
+				"max_pause": webhookBreakerMaxPause})
+		}
 	}
-	return outcomes
+	return queued
+}
+
+// queuedRecord is what queueRecords queued for one attempt.
+type queuedRecord struct {
+	outcome string
+	health  bool
 }
 
 // readRecords reads what the records queueRecords queued did.
-func readRecords(br pgx.BatchResults, outcomes []string) (recorded, error) {
+func readRecords(br pgx.BatchResults, queued []queuedRecord) (recorded, error) {
 	rec := recorded{outcomes: map[string]int{}}
-	for _, outcome := range outcomes {
+	for _, q := range queued {
 		tag, err := br.Exec()
 		if err != nil {
 			return rec, err
 		}
 		if tag.RowsAffected() == 1 {
-			rec.outcomes[outcome]++
+			rec.outcomes[q.outcome]++
 		} else {
 			rec.outcomes["unrecorded"]++
+		}
+		if !q.health {
+			continue
 		}
 		var opened bool
 		if err := br.QueryRow().Scan(&opened); err != nil && !isNoRows(err) {

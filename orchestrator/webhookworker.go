@@ -152,6 +152,8 @@ type dueDelivery struct {
 	Secret              string          `db:"secret"`
 	PreviousSecret      *string         `db:"previous_secret"`
 	PreviousSecretUntil *time.Time      `db:"previous_secret_until"`
+	// Healthy: the endpoint answered 2xx to its last attempt recorded.
+	Healthy bool `db:"healthy"`
 }
 
 // deliveryResult is what one attempt got.
@@ -287,12 +289,12 @@ func (p *deliveryPass) step(ctx context.Context, ended []sentDelivery, free int)
 		p.s.webhookFast.note(x.d.EndpointID, x.r)
 	}
 	b := &pgx.Batch{}
-	outcomes := queueRecords(b, ended)
+	queued := queueRecords(b, ended)
 	if free > 0 {
 		p.s.queueClaim(b, free)
 	}
 	br := p.s.pool.SendBatch(ctx, b)
-	rec, err := readRecords(br, outcomes)
+	rec, err := readRecords(br, queued)
 	var claimed []dueDelivery
 	if err == nil && free > 0 {
 		claimed, err = readClaim(br)
