@@ -61,17 +61,20 @@ var historyTables = []struct {
 	{"webhook_delivery_attempts", func(r HistoryRetention) int { return r.Events }, true},
 }
 
-// A delivery pass (DeliverWebhooks) keeps its transaction open while it
-// sends, seconds when endpoints are slow, and one pass follows another
-// while deliveries are due: a partition change of the outbox waiting for
-// its lock with historyLockTimeout could then fail every time. So the
-// passes and those changes take outboxPassLock: each pass shared, and
-// only if it is free at once (a pass skips its turn while a change
-// waits); a change exclusive, waiting for the passes in flight, before it
-// asks for any table's lock. Payments never take it.
+// Creating or dropping a partition of the outbox waits historyLockTimeout
+// for its table's lock. The delivery worker holds no transaction while it
+// sends (webhookworker.go): its claims and records are transactions of a
+// few milliseconds, like the payments' writes. Still, a claim reads the
+// outbox and the endpoints, and the worker claims again and again while
+// deliveries are due, so the partition changes of the outbox and the
+// claims take outboxPassLock: each claim shared (webhookClaimLock), and only if it is free at
+// once (a claim skips its turn while a change waits or runs); a change
+// exclusive, waiting for the claims in flight (never for a send), before
+// it asks for any table's lock. Payments, and the records of attempts,
+// never take it.
 const (
-	outboxPassLockShared = `SELECT pg_try_advisory_xact_lock_shared(hashtextextended('history_partitions:outbox', 0))`
-	outboxPassLock       = `SELECT pg_advisory_xact_lock(hashtextextended('history_partitions:outbox', 0))`
+	outboxPassLockKey = `hashtextextended('history_partitions:outbox', 0)`
+	outboxPassLock    = `SELECT pg_advisory_xact_lock(` + outboxPassLockKey + `)`
 )
 
 // HistoryMaintenance is what one MaintainHistory did, over all tables.
@@ -108,7 +111,7 @@ func (s *Service) MaintainHistory(ctx context.Context, keep HistoryRetention) (H
 
 // historyDDL runs one of the partition functions (q, which returns a
 // count) with historyLockTimeout, trying again while the lock is taken;
-// for an outbox table, once no delivery pass is in flight.
+// for an outbox table, once no claim of deliveries is in flight.
 func (s *Service) historyDDL(ctx context.Context, outbox bool, q string, args namedArgs) (int, error) {
 	var n int
 	var err error

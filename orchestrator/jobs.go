@@ -28,9 +28,10 @@ func (s *Service) ResolverJob(interval, minAge, providerTimeout time.Duration) *
 }
 
 // WebhookJob delivers due webhooks every interval. Passes follow each
-// other at once while they find work, for up to 30 s (a pass takes at
-// most one send timeout and its writes, well within the run's timeout: a
-// pass cut short is rolled back and its deliveries sent again).
+// other at once while they find work, for up to 30 s (a pass claims for
+// 10 s, then waits at most one send timeout for those in flight: well
+// within the run's timeout; sends cut short by it are not recorded, and
+// go again when their leases end).
 func (s *Service) WebhookJob(interval time.Duration) *background.Worker {
 	return background.NewWorker("webhooks", interval, 2*WebhookTimeout+time.Minute, s.logger,
 		func(ctx context.Context) error {

@@ -70,6 +70,9 @@ type Config struct {
 	// senders drain a backlog more slowly and leave more of the machine
 	// to payments.
 	WebhookSenders int
+	// WebhookTimeout bounds one delivery attempt, connection included;
+	// 0 means WebhookTimeout, which is also the most it can be.
+	WebhookTimeout time.Duration
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -106,6 +109,8 @@ type Service struct {
 	webhookClient       *http.Client
 	webhookAllowPrivate bool
 	webhookSenders      int
+	webhookTimeout      time.Duration
+	webhookFast         *fastEndpoints
 	holdExpiringLead    time.Duration
 	holdActionLead      time.Duration
 	providerTimeout     time.Duration
@@ -158,6 +163,11 @@ func NewService(cfg Config) *Service {
 	if s.webhookSenders <= 0 {
 		s.webhookSenders = DefaultWebhookSenders
 	}
+	s.webhookTimeout = cfg.WebhookTimeout
+	if s.webhookTimeout <= 0 || s.webhookTimeout > WebhookTimeout {
+		s.webhookTimeout = WebhookTimeout
+	}
+	s.webhookFast = newFastEndpoints()
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {
 		s.breakers[name] = newBreaker(cfg.Breaker.withDefaults())

@@ -144,8 +144,10 @@ func (s *Service) PaymentDeliveries(ctx context.Context, sc Scope, paymentID str
 // is not deleted: each one's delivery becomes pending, due now, keeping
 // its count of attempts; an endpoint without one (created after the event)
 // gets one if it wants the event's type. A disabled endpoint's delivery
-// waits until it is enabled. It returns the event's deliveries as they
-// now are.
+// waits until it is enabled. An attempt in flight when it is asked is
+// superseded: its lease is cleared, so its record (when it ends) is
+// dropped and the event goes again now. It returns the event's
+// deliveries as they now are.
 //
 // Only the owner of the event's endpoints redelivers: a merchant its
 // tenant's events, staff (finance, admin) the staff events. Support reads
@@ -171,7 +173,7 @@ func (s *Service) RedeliverEvent(ctx context.Context, sc Scope, eventID string) 
 		  AND ('*' = ANY (e.event_types) OR ev.type = ANY (e.event_types)
 		       OR EXISTS (SELECT 1 FROM webhook_deliveries x WHERE x.event_id = ev.id AND x.endpoint_id = e.id))
 		ON CONFLICT (event_id, endpoint_id) DO UPDATE
-		SET status = 'pending', next_attempt_at = @now, delivered_at = NULL`
+		SET status = 'pending', next_attempt_at = @now, delivered_at = NULL, leased_until = NULL`
 	var ds []WebhookDelivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, q, namedArgs{"event_id": eventID, "now": s.now()}); err != nil {

@@ -381,7 +381,8 @@ func (s *Service) GetWebhookEndpoint(ctx context.Context, sc Scope, id string) (
 
 // UpdateWebhookEndpoint enables or disables an endpoint. Disabling records
 // DisabledByOwner; enabling clears disabled_reason and failing_since, so
-// the endpoint gets 3 more days before it is disabled again. A disabled
+// the endpoint gets 3 more days before it is disabled again, and closes
+// its delivery breaker (webhookworker.go): its owner says it is back. A disabled
 // endpoint's pending deliveries stay pending, and are sent once it is
 // enabled again (unless given up meanwhile). Errors: not_found.
 func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string, enabled bool) (WebhookEndpoint, error) {
@@ -392,6 +393,9 @@ func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string
 		UPDATE webhook_endpoints SET enabled = @enabled,
 			disabled_reason = CASE WHEN @enabled THEN NULL WHEN enabled THEN @reason::text ELSE disabled_reason END,
 			failing_since = CASE WHEN @enabled THEN NULL ELSE failing_since END,
+			consecutive_timeouts = CASE WHEN @enabled THEN 0 ELSE consecutive_timeouts END,
+			breaker_opens = CASE WHEN @enabled THEN 0 ELSE breaker_opens END,
+			paused_until = CASE WHEN @enabled THEN NULL ELSE paused_until END,
 			updated_at = @now
 		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible + `
 		RETURNING ` + webhookEndpointColumns

@@ -5,12 +5,52 @@ package orchestrator
 // Deliveries are written with their event, in the transaction of the
 // change (migration 00009), so a committed change is a delivery to make,
 // even if the instance dies right after the commit: any instance's worker
-// sends it. A pass takes a batch of due deliveries with FOR UPDATE SKIP
-// LOCKED (one sender per delivery across instances), sends them
-// concurrently, each under its own timeout, and records every attempt and
-// its outcome in the same transaction before it commits. A crash in the
-// middle of a pass rolls it back: the deliveries are due again and sent
-// again (at least once; the event id is the receiver's dedupe key).
+// sends it.
+//
+// No transaction is open while an endpoint is called. A pass keeps up to
+// its senders busy: a short transaction claims due deliveries, no more
+// than it has senders free (so every claimed delivery is sent at once),
+// and leases them (migration 00019): leased_until and next_attempt_at
+// become now + the attempt's timeout + webhookLeaseMargin, and it
+// commits. Each send then runs under that timeout, and its attempt is
+// recorded as soon as it ends, by a short transaction (with the other
+// attempts that ended meanwhile, and the next claim) whose update
+// applies only if the delivery is still pending with the attempt count
+// and the lease it was claimed with. Why that is enough:
+//   - a lease is taken by one claim at a time: claims are serialised
+//     across instances (webhookClaimLock, a transaction advisory lock held
+//     for a claim's few milliseconds) and take only deliveries due, which
+//     a lease is not until it ends;
+//   - an instance that dies loses at most its attempts in flight (and
+//     those ended but not yet recorded): their deliveries are due again
+//     when their leases end, at most WebhookTimeout + webhookLeaseMargin
+//     later, and are sent again. At least once, as SPEC says; the event
+//     id is the receiver's dedupe key;
+//   - a record that comes late (after its lease ended and another claim
+//     took the delivery, or after a redelivery or the endpoint's disabling
+//     changed it) matches nothing and is dropped: no attempt is counted
+//     twice, and the attempt numbers stay 1, 2, 3 …
+//
+// Fairness. An endpoint has at most a webhookEndpointShare-th of the
+// senders (at least 1) in flight at once, counted across instances by
+// the leases in force, so a slow endpoint (one that accepts connections
+// and never answers, say) holds at most its share of the senders while
+// every other endpoint's deliveries go on. An endpoint that answered this
+// instance's last attempt within webhookFastAnswer is fast: it may have
+// every sender free, as it gives them back within that time (a backlog
+// of a healthy endpoint drains at the speed it did before leases). If a
+// fast endpoint turns slow with many sends in flight, the others wait for
+// one timeout at most: its first attempt without a quick answer makes it
+// slow again. A claim takes each endpoint's oldest due deliveries up to
+// its room, and orders them round-robin: first each tenant's first, then
+// each tenant's second …, a tenant's own endpoints taking turns.
+//
+// Each endpoint has a breaker too: webhookBreakerTrips attempts in a row
+// without an answer (timed out, or no connection) open it. Its
+// deliveries then wait (webhookBreakerPause, doubling at each open, up
+// to webhookBreakerMaxPause); when the pause is over, one delivery goes
+// as a probe. Any answer, even an error status, closes it; no answer
+// opens it again for longer. Only that endpoint waits.
 //
 // Retries: after the n-th failed attempt the next is due in
 // webhookBackoff(n): 30 s, then tripling up to 10 h, each with ±10%
@@ -23,11 +63,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,18 +78,38 @@ import (
 
 // Delivery limits.
 const (
-	// WebhookTimeout bounds one delivery attempt, connection included.
+	// WebhookTimeout bounds one delivery attempt, connection included:
+	// the default of Config.WebhookTimeout and its upper bound.
 	WebhookTimeout = 10 * time.Second
 	// WebhookGiveUpAfter is how long deliveries are retried, and how long
 	// an endpoint may fail before it is disabled.
 	WebhookGiveUpAfter = 72 * time.Hour
-	// webhookBatch is how many deliveries one pass takes at most.
-	webhookBatch = 200
 	// DefaultWebhookSenders is how many deliveries a pass sends at once
 	// unless Config.WebhookSenders says otherwise.
 	DefaultWebhookSenders = 32
 	// maxResponseExcerpt is how much of an answer an attempt keeps.
 	maxResponseExcerpt = 1024
+	// webhookLeaseMargin is how much longer than its attempt's timeout a
+	// delivery is leased: time to start the send and record it.
+	webhookLeaseMargin = 5 * time.Second
+	// webhookPassFor is how long a pass claims deliveries; it then waits
+	// for those in flight (one timeout at most) and ends.
+	webhookPassFor = 10 * time.Second
+	// webhookClaimEvery is how often a pass with senders free looks for
+	// due deliveries while others are in flight (it looks at once when
+	// one ends).
+	webhookClaimEvery = 200 * time.Millisecond
+	// webhookGatherFor is how long a pass waits, once an attempt has
+	// ended, for others to end, to record them in one transaction.
+	webhookGatherFor = 10 * time.Millisecond
+	// webhookEndpointShare: an endpoint not known to be fast has at most
+	// 1/webhookEndpointShare of the senders in flight (at least 1).
+	webhookEndpointShare = 4
+	// webhookFastAnswer: an endpoint whose last attempt from this instance
+	// was answered within it is fast, and may have every free sender.
+	webhookFastAnswer = time.Second
+	// webhookFastMax bounds how many fast endpoints an instance keeps.
+	webhookFastMax = 1000
 )
 
 // webhookBackoff is the delay after the n-th failed attempt (n ≥ 1),
@@ -67,25 +128,16 @@ func jitter(d time.Duration) time.Duration {
 	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
 }
 
-// dueDeliverySQL takes up to @limit due deliveries of enabled endpoints,
-// locked for this pass (others skip them), with what sending needs.
-const dueDeliverySQL = `
-	SELECT d.event_id, d.endpoint_id, d.attempts, d.created_at AS first_due,
-		e.tenant_id, e.type, e.payment_id, e.sequence, e.object, e.created_at,
-		w.url, w.secret, w.previous_secret, w.previous_secret_until
-	FROM webhook_deliveries d
-	JOIN events e ON e.id = d.event_id
-	JOIN webhook_endpoints w ON w.id = d.endpoint_id
-	WHERE d.status = 'pending' AND d.next_attempt_at <= @now AND w.enabled AND w.deleted_at IS NULL
-	ORDER BY d.next_attempt_at
-	LIMIT @limit
-	FOR UPDATE OF d SKIP LOCKED`
-
-// dueDelivery is a row of dueDeliverySQL.
+// dueDelivery is a delivery claimed (claimDeliveriesSQL), with what
+// sending it needs.
 type dueDelivery struct {
-	EventID             string          `db:"event_id"`
-	EndpointID          string          `db:"endpoint_id"`
+	EventID    string `db:"event_id"`
+	EndpointID string `db:"endpoint_id"`
+	// Attempts is its count of attempts when claimed; LeasedUntil is the
+	// end of the lease it is sent under. Its record applies only while
+	// both are still the delivery's.
 	Attempts            int             `db:"attempts"`
+	LeasedUntil         time.Time       `db:"leased_until"`
 	FirstDue            time.Time       `db:"first_due"`
 	TenantID            *int64          `db:"tenant_id"` // nil: a staff event
 	Type                string          `db:"type"`
@@ -97,6 +149,8 @@ type dueDelivery struct {
 	Secret              string          `db:"secret"`
 	PreviousSecret      *string         `db:"previous_secret"`
 	PreviousSecretUntil *time.Time      `db:"previous_secret_until"`
+	// Healthy: the endpoint answered 2xx to its last attempt recorded.
+	Healthy bool `db:"healthy"`
 }
 
 // deliveryResult is what one attempt got.
@@ -110,149 +164,154 @@ type deliveryResult struct {
 
 func (r deliveryResult) ok() bool { return r.statusCode >= 200 && r.statusCode < 300 }
 
-// recordAttemptSQL records one attempt and moves its delivery on:
-// delivered, due again at @next_attempt_at, or given up.
-const recordAttemptSQL = `
-	WITH a AS (
-		INSERT INTO webhook_delivery_attempts (event_id, endpoint_id, attempt, started_at, latency_ms, status_code,
-			error, response_excerpt)
-		VALUES (@event_id, @endpoint_id, @attempt, @started_at, @latency_ms, @status_code, @error, @excerpt)
-	)
-	UPDATE webhook_deliveries SET attempts = @attempt, status = @status, next_attempt_at = @next_attempt_at,
-		delivered_at = @delivered_at
-	WHERE event_id = @event_id AND endpoint_id = @endpoint_id`
+// answered says the endpoint answered, whatever the status: for its
+// breaker, it is up.
+func (r deliveryResult) answered() bool { return r.statusCode != 0 }
 
-// endpointHealthSQL notes an endpoint answering (failing_since cleared) or
-// failing (failing_since set at its first failure).
-const endpointHealthSQL = `
-	UPDATE webhook_endpoints SET failing_since = CASE WHEN @ok::boolean THEN NULL ELSE @now::timestamptz END
-	WHERE id = @endpoint_id AND (failing_since IS NULL) <> @ok::boolean`
+// sentDelivery is an attempt made, to record.
+type sentDelivery struct {
+	d dueDelivery
+	r deliveryResult
+}
 
-// disableFailingSQL disables the endpoints failing for @give_up_after,
-// gives up their pending deliveries (a redelivery can send them again once
-// the endpoint is enabled) and those of deleted endpoints, and writes the
-// webhook_endpoint.disabled event of each, delivered to the owner's other
-// endpoints that want it (a staff endpoint's event is a staff event, for
-// the other staff endpoints).
-const disableFailingSQL = `
-	WITH disabled AS (
-		UPDATE webhook_endpoints SET enabled = false, updated_at = @now,
-			disabled_reason = 'every delivery failed for 3 days'
-		WHERE enabled AND deleted_at IS NULL AND failing_since <= @now::timestamptz - @give_up_after::interval
-		RETURNING id, tenant_id, url, event_types, description, failing_since, created_at
-	), given_up AS (
-		UPDATE webhook_deliveries SET status = 'failed'
-		WHERE status = 'pending' AND endpoint_id IN (SELECT id FROM disabled)
-	), orphaned AS (
-		-- written by a change that raced the endpoint's deletion
-		UPDATE webhook_deliveries d SET status = 'failed'
-		FROM webhook_endpoints w
-		WHERE d.status = 'pending' AND d.endpoint_id = w.id AND w.deleted_at IS NOT NULL
-	), ev AS (
-		INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
-		SELECT event_id_at(@now), tenant_id, 'webhook_endpoint.disabled', NULL, NULL,
-			jsonb_build_object('id', id, 'object', 'webhook_endpoint', 'url', url, 'event_types', event_types,
-				'description', description, 'enabled', false, 'disabled_reason', 'every delivery failed for 3 days',
-				'failing_since', failing_since),
-			@now
-		FROM disabled
-		RETURNING id, tenant_id, type, object
-	)
-	INSERT INTO webhook_deliveries (event_id, endpoint_id, next_attempt_at, created_at)
-	SELECT ev.id, w.id, @now, @now
-	FROM ev JOIN webhook_endpoints w ON w.tenant_id IS NOT DISTINCT FROM ev.tenant_id
-	WHERE w.enabled AND w.deleted_at IS NULL AND w.id <> ev.object->>'id'
-		AND ('*' = ANY (w.event_types) OR ev.type = ANY (w.event_types))`
-
-// DeliveryStats counts one pass of the delivery worker.
+// DeliveryStats counts one pass of the delivery worker. Sent counts the
+// attempts made; Delivered, Failed and GivenUp those recorded (an
+// attempt whose record came after its lease was taken over is not).
 type DeliveryStats struct {
 	Sent, Delivered, Failed, GivenUp int
+	// BreakerOpens counts the endpoint breakers this pass opened.
+	BreakerOpens int
 }
 
-// DeliverWebhooks runs one pass of the delivery worker: up to a batch of
-// due deliveries, sent and recorded (see the top of this file). Safe on
-// several instances at once.
+// DeliverWebhooks runs one pass of the delivery worker: for up to
+// webhookPassFor, it claims due deliveries as senders are free, sends
+// them, and records each attempt as it ends; then it waits for the
+// attempts in flight (see the top of this file). Safe on several
+// instances at once.
 func (s *Service) DeliverWebhooks(ctx context.Context) (DeliveryStats, error) {
-	var st DeliveryStats
-	now := s.now()
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Not while a partition of the outbox is being made or dropped
-		// (outboxPassLock, history.go): the next pass goes.
-		var free bool
-		if err := tx.QueryRow(ctx, outboxPassLockShared).Scan(&free); err != nil || !free {
-			return err
-		}
-		rows, _ := tx.Query(ctx, dueDeliverySQL, namedArgs{"now": now, "limit": webhookBatch})
-		due, err := pgx.CollectRows(rows, pgx.RowToStructByName[dueDelivery])
-		if err != nil {
-			return err
-		}
-		if len(due) > 0 {
-			results := s.sendAll(ctx, due, now)
-			b := &pgx.Batch{}
-			for i, d := range due {
-				s.queueRecord(b, d, results[i], &st)
-			}
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return err
-			}
-		}
+	p := &deliveryPass{s: s, results: make(chan sentDelivery, s.webhookSenders)}
+	err := p.run(ctx)
+	if err == nil {
 		// Every pass, even one with nothing due: an endpoint failing for
 		// 3 days is disabled whether or not a retry of it is due now.
-		_, err = tx.Exec(ctx, disableFailingSQL, namedArgs{"now": s.now(), "give_up_after": WebhookGiveUpAfter})
-		return err
-	})
+		_, err = s.pool.Exec(ctx, disableFailingSQL, namedArgs{"now": s.now(), "give_up_after": WebhookGiveUpAfter})
+	}
 	if err != nil {
-		return st, internalf("deliver webhooks: %w", err)
+		return p.st, internalf("deliver webhooks: %w", err)
 	}
-	return st, nil
+	return p.st, nil
 }
 
-// sendAll sends due deliveries, s.webhookSenders at a time, and returns
-// their results in order.
-func (s *Service) sendAll(ctx context.Context, due []dueDelivery, now time.Time) []deliveryResult {
-	results := make([]deliveryResult, len(due))
-	sem := make(chan struct{}, s.webhookSenders)
-	var wg sync.WaitGroup
-	for i := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			results[i] = s.send(ctx, due[i], now)
-		})
-	}
-	wg.Wait()
-	return results
+// deliveryPass is one run of DeliverWebhooks.
+type deliveryPass struct {
+	s *Service
+	// results receives every send's attempt; room for one per sender, so
+	// a sender never waits for the pass.
+	results  chan sentDelivery
+	inFlight int
+	st       DeliveryStats
 }
 
-// queueRecord queues the statements recording d's attempt r on b, and
-// counts it in st.
-func (s *Service) queueRecord(b *pgx.Batch, d dueDelivery, r deliveryResult, st *DeliveryStats) {
-	attempt := d.Attempts + 1
-	args := namedArgs{"event_id": d.EventID, "endpoint_id": d.EndpointID, "attempt": attempt, "started_at": r.at,
-		"latency_ms": float64(r.latency.Microseconds()) / 1000, "status_code": nil, "error": nullIfEmpty(r.err),
-		"excerpt": nullIfEmpty(r.excerpt), "status": "pending", "next_attempt_at": r.at, "delivered_at": nil}
-	if r.statusCode != 0 {
-		args["status_code"] = r.statusCode
+// run claims, sends and records until nothing is due and nothing is in
+// flight, or, after webhookPassFor, until what is in flight is recorded.
+// On an error (or ctx's end) the sends in flight are cut short and not
+// recorded: their leases end and they are sent again.
+func (p *deliveryPass) run(ctx context.Context) error {
+	sendCtx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		for ; p.inFlight > 0; p.inFlight-- {
+			<-p.results
+		}
+	}()
+	claimUntil := time.Now().Add(webhookPassFor)
+	tick := time.NewTicker(webhookClaimEvery)
+	defer tick.Stop()
+	var ended []sentDelivery
+	for {
+		free := 0
+		if time.Now().Before(claimUntil) {
+			free = p.s.webhookSenders - p.inFlight
+		}
+		if len(ended) > 0 || free > 0 {
+			claimed, err := p.step(ctx, ended, free)
+			if err != nil {
+				return err
+			}
+			ended = ended[:0]
+			for _, d := range claimed {
+				p.inFlight++
+				go func() { p.results <- sentDelivery{d: d, r: p.s.send(sendCtx, d)} }()
+			}
+		}
+		if p.inFlight == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		case r := <-p.results:
+			p.inFlight--
+			ended = p.gather(ctx, append(ended, r))
+		}
 	}
-	outcome := "delivered"
-	switch {
-	case r.ok():
-		args["status"], args["delivered_at"] = "delivered", r.at
-		st.Delivered++
-	case r.at.Sub(d.FirstDue) >= WebhookGiveUpAfter:
-		args["status"] = "failed"
-		outcome = "gave_up"
-		st.GivenUp++
-	default:
-		args["next_attempt_at"] = r.at.Add(jitter(webhookBackoff(attempt)))
-		outcome = "failed"
-		st.Failed++
+}
+
+// gather adds to ended the attempts that end within webhookGatherFor,
+// stopping early once none is in flight, so that one transaction records
+// them together (and claims as many).
+func (p *deliveryPass) gather(ctx context.Context, ended []sentDelivery) []sentDelivery {
+	t := time.NewTimer(webhookGatherFor)
+	defer t.Stop()
+	for p.inFlight > 0 {
+		select {
+		case <-ctx.Done():
+			return ended
+		case <-t.C:
+			return ended
+		case r := <-p.results:
+			p.inFlight--
+			ended = append(ended, r)
+		}
 	}
-	st.Sent++
-	b.Queue(recordAttemptSQL, args)
-	b.Queue(endpointHealthSQL, namedArgs{"endpoint_id": d.EndpointID, "ok": r.ok(), "now": r.at})
-	s.tel.delivered(outcome)
+	return ended
+}
+
+// step records the attempts ended and claims up to free due deliveries,
+// in one short transaction (one round trip: a batch is one implicit
+// transaction), and counts what it recorded once committed.
+func (p *deliveryPass) step(ctx context.Context, ended []sentDelivery, free int) ([]dueDelivery, error) {
+	for _, x := range ended {
+		p.s.webhookFast.note(x.d.EndpointID, x.r)
+	}
+	b := &pgx.Batch{}
+	queued := queueRecords(b, ended)
+	if free > 0 {
+		p.s.queueClaim(b, free)
+	}
+	br := p.s.pool.SendBatch(ctx, b)
+	rec, err := readRecords(br, queued)
+	var claimed []dueDelivery
+	if err == nil && free > 0 {
+		claimed, err = readClaim(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.st.Sent += len(ended)
+	p.st.Delivered += rec.outcomes["delivered"]
+	p.st.Failed += rec.outcomes["failed"]
+	p.st.GivenUp += rec.outcomes["gave_up"]
+	p.st.BreakerOpens += rec.opens
+	for outcome, n := range rec.outcomes {
+		p.s.tel.delivered(outcome, n)
+	}
+	p.s.tel.breakerOpened(rec.opens)
+	return claimed, nil
 }
 
 // webhookBody is the JSON sent: the event as GET /v1/events/{id} answers
@@ -266,9 +325,10 @@ func webhookBody(d dueDelivery) ([]byte, error) {
 	return json.Marshal(ev)
 }
 
-// send makes one attempt of d: POST the event, signed with the endpoint's
-// secrets (the previous one too while it is valid).
-func (s *Service) send(ctx context.Context, d dueDelivery, now time.Time) deliveryResult {
+// send makes one attempt of d, within s.webhookTimeout: POST the event,
+// signed with the endpoint's secrets (the previous one too while it is
+// valid).
+func (s *Service) send(ctx context.Context, d dueDelivery) deliveryResult {
 	r := deliveryResult{at: s.now()}
 	body, err := webhookBody(d)
 	if err != nil {
@@ -276,10 +336,10 @@ func (s *Service) send(ctx context.Context, d dueDelivery, now time.Time) delive
 		return r
 	}
 	secrets := []string{d.Secret}
-	if d.PreviousSecret != nil && d.PreviousSecretUntil != nil && now.Before(*d.PreviousSecretUntil) {
+	if d.PreviousSecret != nil && d.PreviousSecretUntil != nil && r.at.Before(*d.PreviousSecretUntil) {
 		secrets = append(secrets, *d.PreviousSecret)
 	}
-	cctx, cancel := context.WithTimeout(ctx, WebhookTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.webhookTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, d.URL, bytes.NewReader(body))
 	if err != nil {
@@ -295,6 +355,9 @@ func (s *Service) send(ctx context.Context, d dueDelivery, now time.Time) delive
 	r.latency = time.Since(start)
 	if err != nil {
 		r.err = deliveryError(err)
+		if errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil {
+			r.err = fmt.Sprintf("no answer within %s", s.webhookTimeout)
+		}
 		return r
 	}
 	defer res.Body.Close()

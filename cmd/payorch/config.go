@@ -250,6 +250,11 @@ type config struct {
 	// WebhookSenders (PAYORCH_WEBHOOK_SENDERS) is how many deliveries the
 	// delivery worker sends at once, 1 to 256 (default 32).
 	WebhookSenders int
+	// WebhookTimeout (PAYORCH_WEBHOOK_TIMEOUT) bounds one delivery
+	// attempt, connection included: from 1s to 10s (default 10s). An
+	// attempt's delivery is leased for it plus 5s, so a crashed instance's
+	// deliveries in flight go again that much later.
+	WebhookTimeout time.Duration
 	// webhookAllowPrivateSet says PAYORCH_WEBHOOK_ALLOW_PRIVATE was set.
 	webhookAllowPrivateSet bool
 	// SweepInterval (PAYORCH_KEY_SWEEP_INTERVAL) is how often expired
@@ -308,6 +313,7 @@ func defaultConfig() config {
 		SweepInterval:    time.Minute,
 		WebhookInterval:  time.Second,
 		WebhookSenders:   orchestrator.DefaultWebhookSenders,
+		WebhookTimeout:   orchestrator.WebhookTimeout,
 
 		HoldSweepInterval: time.Minute,
 		HoldExpiringLead:  orchestrator.DefaultHoldExpiringLead,
@@ -460,6 +466,7 @@ func (c *config) readJobs(e *envReader) {
 	e.dur("PAYORCH_KEY_SWEEP_INTERVAL", &c.SweepInterval)
 	e.dur("PAYORCH_WEBHOOK_INTERVAL", &c.WebhookInterval)
 	e.num("PAYORCH_WEBHOOK_SENDERS", &c.WebhookSenders)
+	e.dur("PAYORCH_WEBHOOK_TIMEOUT", &c.WebhookTimeout)
 	e.boolean("PAYORCH_WEBHOOK_ALLOW_PRIVATE", &c.WebhookAllowPrivate)
 	c.webhookAllowPrivateSet = e.getenv("PAYORCH_WEBHOOK_ALLOW_PRIVATE") != ""
 	e.dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
@@ -560,6 +567,8 @@ func (c config) validateJobs() error {
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
 	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
 		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
+	case c.WebhookTimeout < time.Second || c.WebhookTimeout > orchestrator.WebhookTimeout:
+		return fmt.Errorf("PAYORCH_WEBHOOK_TIMEOUT: must be from 1s to %s", orchestrator.WebhookTimeout)
 	case c.HistoryRetentionMonths < 0 || c.HistoryRetentionMonths > 1200:
 		return errors.New("PAYORCH_HISTORY_RETENTION_MONTHS: must be from 0 (keep everything) to 1200")
 	case c.EventsRetentionMonths < 0 || c.EventsRetentionMonths > 1200:

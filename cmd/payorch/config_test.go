@@ -301,6 +301,8 @@ func TestConnectorConfigErrors(t *testing.T) {
 		"MaxAttemptsWord":        {map[string]string{"PAYORCH_MAX_ATTEMPTS": "three"}, []string{"PAYORCH_MAX_ATTEMPTS"}},
 		"WebhookSendersZero":     {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "0"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
 		"WebhookSendersHuge":     {map[string]string{"PAYORCH_WEBHOOK_SENDERS": "1000"}, []string{"PAYORCH_WEBHOOK_SENDERS"}},
+		"WebhookTimeoutShort":    {map[string]string{"PAYORCH_WEBHOOK_TIMEOUT": "100ms"}, []string{"PAYORCH_WEBHOOK_TIMEOUT"}},
+		"WebhookTimeoutLong":     {map[string]string{"PAYORCH_WEBHOOK_TIMEOUT": "1m"}, []string{"PAYORCH_WEBHOOK_TIMEOUT"}},
 		"RetentionNegative":      {map[string]string{"PAYORCH_HISTORY_RETENTION_MONTHS": "-1"}, []string{"PAYORCH_HISTORY_RETENTION_MONTHS"}},
 		"EventsRetentionTooLong": {map[string]string{"PAYORCH_EVENTS_RETENTION_MONTHS": "1201"}, []string{"PAYORCH_EVENTS_RETENTION_MONTHS"}},
 		"HoldSweepNegative":      {map[string]string{"PAYORCH_HOLD_SWEEP_INTERVAL": "-1s"}, []string{"PAYORCH_HOLD_SWEEP_INTERVAL"}},

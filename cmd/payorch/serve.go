@@ -289,6 +289,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		MaxAttempts:         cfg.MaxAttempts,
 		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 		WebhookSenders:      cfg.WebhookSenders,
+		WebhookTimeout:      cfg.WebhookTimeout,
 		HoldExpiringLead:    cfg.HoldExpiringLead,
 		HoldActionLead:      cfg.HoldActionLead,
 		Breaker:             cfg.Breaker,
