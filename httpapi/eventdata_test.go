@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 	"github.com/payorch/payorch/providers"
@@ -322,14 +323,10 @@ func TestEventsAreTheAPIObjects(t *testing.T) {
 		run := decode[runJSON](t, post(t, "/v1/reconciliation/runs", finance, "run-"+c.provider, body, 202))
 		runPath := fmt.Sprintf("/v1/reconciliation/runs/%d", run.ID)
 		var got []byte
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if got = ev.get(t, finance, runPath); decode[runJSON](t, got).Status != "running" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("run %d still running", run.ID)
-			}
-		}
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("run %d to finish", run.ID), testkit.Until(func() bool {
+			got = ev.get(t, finance, runPath)
+			return decode[runJSON](t, got).Status != "running"
+		}))
 		ev.check(t, finance, c.typ, "", got)
 	}
 

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -134,21 +136,14 @@ func TestKilledBackendsDoNotLockTheKey(t *testing.T) {
 
 	start := time.Now()
 	attempts, inUse := 0, 0
-	for {
+	testkit.WaitFor(t, 5*time.Second, "a retry to succeed (the lease is a minute)", func() (bool, error) {
 		status, b := post()
 		attempts++
 		if strings.Contains(b, "idempotency_key_in_use") {
 			inUse++
 		}
-		if status == 201 {
-			break
-		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("no retry succeeded within 5s (the lease is a minute): %d attempts, %d found the key in use; last %d %s",
-				attempts, inUse, status, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return status == 201, fmt.Errorf("%d attempts, %d found the key in use; last %d %s", attempts, inUse, status, b)
+	})
 	t.Logf("retry succeeded after %s and %d attempt(s)", time.Since(start).Round(time.Millisecond), attempts)
 	if inUse > 0 {
 		t.Errorf("%d retries found the key still locked", inUse)
@@ -169,7 +164,10 @@ func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	e := newEnv(t, httpapi.Config{}, dbURL, orchestrator.Config{Lease: time.Second})
+	// The lease runs out on the service's clock, moved on by the test
+	// while the provider's answer is late.
+	clk := testkit.NewClock(time.Now())
+	e := newEnv(t, httpapi.Config{}, dbURL, orchestrator.Config{Lease: time.Second, Clock: clk.Now})
 	tenant, _, merchant, err := e.svc.CreateTenant(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +190,11 @@ func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { first = send() })
 	waitFaultsFired(t, e)
-	time.Sleep(1300 * time.Millisecond) // the first request's lease has run out
-	answers := []got{send()}            // takes the key over
+	clk.Add(1300 * time.Millisecond) // the first request's lease has run out
+	answers := []got{send()}         // takes the key over
+	if answers[0].status == http.StatusConflict {
+		t.Fatalf("the retry found the key in use; want it to take the expired lease over: %s", answers[0].body)
+	}
 	wg.Wait()
 	answers = append(answers, first)
 	var id string
@@ -204,12 +205,10 @@ func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
 		t.Fatalf("capture: %d %s", res.StatusCode, b)
 	}
 	var final got
-	for range 20 { // until the key holds an answer (a 409 while another request holds it)
-		if final = send(); final.status != http.StatusConflict {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the key to hold an answer", func() (bool, error) {
+		final = send() // a 409 while another request holds the key
+		return final.status != http.StatusConflict, fmt.Errorf("last %d %s", final.status, final.body)
+	})
 	answers = append(answers, final)
 	replay := send()
 	if replay.status >= 300 {
@@ -230,16 +229,8 @@ func TestLeaseLostAnswersOnlyWhatIsStored(t *testing.T) {
 func waitFaultsFired(t *testing.T, e *env) {
 	t.Helper()
 	ctx := context.Background()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.WaitFor(t, 10*time.Second, "the authorization to reach the provider", func() (bool, error) {
 		faults, err := e.fake.Faults(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(faults) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the authorization never reached the provider")
-		}
-	}
+		return err == nil && len(faults) == 0, err
+	})
 }

@@ -64,16 +64,10 @@ func newInboundEnv(t *testing.T) *inboundEnv {
 	return &inboundEnv{env: e, clk: clk, running: fr, provs: provs}
 }
 
-// waitFor polls cond until it holds, failing the test after 15 s.
+// waitFor waits up to 15 s for cond.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 15*time.Second, what, testkit.Until(cond))
 }
 
 // getPayment reads payment id as the merchant.

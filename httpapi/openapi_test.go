@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -455,16 +456,12 @@ func TestOpenAPIContract(t *testing.T) {
 		res, b = ct.do(t, call{method: "POST", path: "/v1/reconciliation/runs", apiKey: finance, idemKey: "r-1", body: body})
 		wantStatus(t, res, b, 202)
 		runPath := fmt.Sprintf("/v1/reconciliation/runs/%d", run.ID)
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("run %d to finish", run.ID), func() (bool, error) {
 			res, b = ct.do(t, call{method: "GET", path: runPath, apiKey: finance})
 			wantStatus(t, res, b, 200)
-			if run = decode[runJSON](t, b); run.Status != "running" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("run %d still running", run.ID)
-			}
-		}
+			run = decode[runJSON](t, b)
+			return run.Status != "running", fmt.Errorf("status %s", run.Status)
+		})
 		if run.Status != "succeeded" || run.DiscrepancyCount < 1 {
 			t.Fatalf("run %s", b)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -24,21 +25,16 @@ type runJSON struct {
 // waitRun polls a run until it is no longer running.
 func (e *env) waitRun(t *testing.T, id int64) runJSON {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var r runJSON
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("run %d to finish", id), testkit.Until(func() bool {
 		res, b := e.do(t, "GET", fmt.Sprintf("/v1/reconciliation/runs/%d", id), e.keys[orchestrator.RoleFinance], nil, nil)
 		if res.StatusCode != 200 {
 			t.Fatalf("get run: %d %s", res.StatusCode, b)
 		}
-		r := decode[runJSON](t, b)
-		if r.Status != "running" {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %d still running", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		r = decode[runJSON](t, b)
+		return r.Status != "running"
+	}))
+	return r
 }
 
 func TestFinanceAPI(t *testing.T) {

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -301,22 +303,11 @@ func TestTelemetry(t *testing.T) {
 		}
 		// The run's span and duration are recorded when the background
 		// execution returns, a moment after the run is stored as done.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var found bool
-			for _, s := range e.spans.Ended() {
-				if s.Name() == "reconciliation run" && attrOf(s, "payorch.provider") == "fake" && attrOf(s, "payorch.reconciliation.discrepancy_count") == "1" {
-					found = true
-				}
-			}
-			if found {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no reconciliation run span")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.WaitFor(t, 10*time.Second, "the reconciliation run's span", testkit.Until(func() bool {
+			return slices.ContainsFunc(e.spans.Ended(), func(s sdktrace.ReadOnlySpan) bool {
+				return s.Name() == "reconciliation run" && attrOf(s, "payorch.provider") == "fake" && attrOf(s, "payorch.reconciliation.discrepancy_count") == "1"
+			})
+		}))
 		rm := e.metricsNow(t)
 		wantPoint(t, rm, "payorch.reconciliation.discrepancies", map[string]string{"provider": "fake", "category": "amount_mismatch"}, 1)
 		wantPoint(t, rm, "payorch.reconciliation.discrepancies", map[string]string{"provider": "fake", "category": "missing_locally"}, 0)

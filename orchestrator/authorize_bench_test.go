@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -176,22 +177,15 @@ func (w *benchWorld) waitBackendsGone(b testing.TB) {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.WaitFor(b, 30*time.Second, "no other session connected", func() (bool, error) {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n)
 		if err != nil {
-			b.Fatal(err)
+			return false, err
 		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d sessions still connected", n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
+		return n == 0, fmt.Errorf("%d sessions still connected", n)
+	})
 }
 
 // counters reads the transaction id counter and the WAL fsyncs so far.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -309,7 +310,9 @@ func TestFailover(t *testing.T) {
 			first <- answer{out: out, err: err}
 		}()
 		id := orchestrator.PaymentID(e.tenant, key)
-		waitFor(t, func() bool { return e.count(t, `SELECT count(*) FROM payment_attempts WHERE payment_id = $1`, id) == 1 })
+		testkit.WaitFor(t, 10*time.Second, "the first execution's attempt", testkit.Until(func() bool {
+			return e.count(t, `SELECT count(*) FROM payment_attempts WHERE payment_id = $1`, id) == 1
+		}))
 		// The first execution's lease runs out (it looks crashed); the
 		// retry takes the key over, and fake_a refuses its call.
 		w.clk.Add(time.Minute)
@@ -407,18 +410,6 @@ func (e *moneyEnv) gateAt(connector, key string, n int) (open func()) {
 	g.once[fwd] = true
 	g.mu.Unlock()
 	return sync.OnceFunc(func() { close(ch) })
-}
-
-// waitFor polls cond until it holds, for up to ten seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for range 1000 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("condition never held")
 }
 
 func TestBreaker(t *testing.T) {

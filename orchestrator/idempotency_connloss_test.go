@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 )
 
@@ -127,21 +128,13 @@ func TestIdempotencyKeyAfterLostConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer watcher.Close(ctx)
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			var pid int
+		var pid int
+		testkit.WaitFor(t, 10*time.Second, "the claim's commit waiting for the standby", func() (bool, error) {
 			err := watcher.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&pid)
-			if err == nil {
-				if _, err := watcher.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
-					t.Fatal(err)
-				}
-				break
-			}
-			if err != pgx.ErrNoRows {
-				t.Fatal(err)
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the claim never committed")
-			}
+			return err == nil, err
+		})
+		if _, err := watcher.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
 		}
 		admin(`ALTER SYSTEM RESET synchronous_standby_names`)
 		admin(`SELECT pg_reload_conf()`)

@@ -21,16 +21,10 @@ import (
 	"github.com/payorch/payorch/internal/testkit"
 )
 
-// eventually polls cond for up to 5s.
+// eventually waits up to 5s for cond.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, what, testkit.Until(cond))
 }
 
 // cachedService returns a Service on pool whose key cache is on (its

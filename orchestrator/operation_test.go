@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -313,13 +314,9 @@ func TestRefund(t *testing.T) {
 		done := make(chan answer)
 		go func() { done <- e.refund(t, p.ID, "r1", `{"amount_minor":400}`) }()
 		// r1 is recorded (the payment read) and waits at the provider.
-		for deadline := time.Now().Add(10 * time.Second); e.count(t,
-			`SELECT count(*) FROM payment_operations WHERE tenant_id = $1 AND idempotency_key = 'r1'`, e.tenant) == 0; {
-			if time.Now().After(deadline) {
-				t.Fatal("refund r1 never recorded")
-			}
-			time.Sleep(10 * time.Millisecond) // polling a condition
-		}
+		testkit.WaitFor(t, 10*time.Second, "refund r1 recorded", testkit.Until(func() bool {
+			return e.count(t, `SELECT count(*) FROM payment_operations WHERE tenant_id = $1 AND idempotency_key = 'r1'`, e.tenant) > 0
+		}))
 		if b := e.refund(t, p.ID, "r2", `{"amount_minor":600}`); b.err != nil || b.out.Payment.Status != orchestrator.StatusPartiallyRefunded {
 			t.Fatalf("refund r2: %+v %v", b.out, b.err)
 		}

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -164,20 +165,17 @@ func startFakeProcess(b *testing.B) string {
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	url := "http://" + addr
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testkit.WaitFor(b, 30*time.Second, "the fake provider to start", func() (bool, error) {
 		req, _ := http.NewRequest(http.MethodGet, url+"/healthz", nil)
 		req.Header.Set("Authorization", "Bearer "+benchFakeToken)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return url
-			}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("fake provider did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Errorf("healthz %d", res.StatusCode)
+	})
+	return url
 }
 
 // resetPeakRSS resets this process's VmHWM (Linux).

@@ -138,18 +138,17 @@ func findings(ds []reconcile.Discrepancy) []string {
 // ends, or once idle for a while).
 func (e *replicaEnv) paymentScans(t *testing.T, after int64) int64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int64
-		if err := e.replica.QueryRow(context.Background(), `SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0)
-			FROM pg_stat_user_tables WHERE relname = 'payments'`).Scan(&n); err != nil {
+	var n int64
+	// Not passing it is the caller's finding, not a failure here.
+	_ = testkit.Poll(10*time.Second, func() (bool, error) {
+		err := e.replica.QueryRow(context.Background(), `SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0)
+			FROM pg_stat_user_tables WHERE relname = 'payments'`).Scan(&n)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if n > after || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return n > after, nil
+	})
+	return n
 }
 
 // A day reconciled with a replica finds what it finds on the primary
@@ -204,20 +203,13 @@ func (e *replicaEnv) pauseReplay(t *testing.T) (resume func()) {
 	if _, err := e.replica.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.WaitFor(t, 10*time.Second, "the standby's replay to pause", func() (bool, error) {
 		var state string
 		if err := e.replica.QueryRow(ctx, `SELECT pg_get_wal_replay_pause_state()`).Scan(&state); err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		if state == "paused" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replay still %s", state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return state == "paused", fmt.Errorf("replay %s", state)
+	})
 	return func() {
 		if _, err := e.replica.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
 			t.Fatal(err)

@@ -137,17 +137,17 @@ func TestFailedRunErrorIsClientSafe(t *testing.T) {
 // terminateCopy ends the backend that stages the provider's rows, as a
 // database restart would, once it shows in pg_stat_activity.
 func terminateCopy(ctx context.Context, pool *pgxpool.Pool) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var qerr error
+	err := testkit.Poll(10*time.Second, func() (bool, error) {
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		qerr = pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid() AND query ILIKE 'copy%reconciliation_provider_rows%'`).Scan(&n)
-		if err != nil || n > 0 {
-			return err
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the COPY to start
+		return qerr != nil || n > 0, nil
+	})
+	if err != nil {
+		return errors.New("the COPY never started")
 	}
-	return errors.New("the COPY never started")
+	return qerr
 }
 
 // However many runs start at once, at most MaxRuns (half the pool) execute
@@ -206,11 +206,7 @@ func TestRunsWaitTheirTurnAndAllFinish(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s", what)
-			}
-		}
+		testkit.WaitFor(t, 30*time.Second, what, testkit.Until(cond))
 	}
 	for i := 1; i <= n; i++ {
 		waitFor("a run to read its report", func() bool { mu.Lock(); defer mu.Unlock(); return entered >= i })

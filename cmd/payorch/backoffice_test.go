@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -181,20 +182,17 @@ func startFakeProvider(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	url := "http://" + addr
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testkit.WaitFor(t, 30*time.Second, "the fake provider to start", func() (bool, error) {
 		req, _ := http.NewRequest(http.MethodGet, url+"/healthz", nil)
 		req.Header.Set("Authorization", "Bearer "+backofficeFakeToken)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return url
-			}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("fake provider did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Errorf("healthz %d", res.StatusCode)
+	})
+	return url
 }
 
 type runSummary struct {
@@ -246,16 +244,17 @@ func (f *financeClient) waitRuns(ids []int64, within time.Duration) []runSummary
 	late := 0
 	for i, id := range ids {
 		out[i] = runSummary{ID: id, Status: "unfinished"}
-		for late == 0 {
+		err := testkit.Poll(time.Until(deadline), func() (bool, error) {
 			status, b, err := f.do("GET", "/v1/reconciliation/runs/"+strconv.FormatInt(id, 10), "", "")
 			if err == nil && status == http.StatusOK && json.Unmarshal(b, &out[i]) == nil && out[i].Status != "running" {
-				break
+				return true, nil
 			}
-			if time.Now().After(deadline) {
-				f.t.Logf("run %d: %d %s %v", id, status, b, err)
-				late = len(ids) - i
-			}
-			time.Sleep(100 * time.Millisecond)
+			return false, fmt.Errorf("%d %s %v", status, b, err)
+		})
+		if err != nil {
+			f.t.Logf("run %d: %v", id, err)
+			late = len(ids) - i
+			break
 		}
 	}
 	if late > 0 {

@@ -140,21 +140,17 @@ func startPeer(b *testing.B, e *benchEnv) *benchPeer {
 		}
 	})
 	p.base = "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// It has no health endpoint: a GET of its one route answers (400,
-		// no key) once it listens.
+	// It has no health endpoint: a GET of its one route answers (400, no
+	// key) once it listens.
+	testkit.WaitFor(b, 30*time.Second, "the reference peer to start", func() (bool, error) {
 		res, err := e.client.Get(p.base + "/v1/payments")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			break
+		if err != nil {
+			return false, fmt.Errorf("%v\n%s", err, p.logs.String())
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the reference peer did not start:\n%s", p.logs.String())
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return true, nil
+	})
 	e.peer = p // the load generator reads its CPU from here
 	e.load(b, benchClients, benchWarmup, false, func(i int) error { return e.peerNewKey(fmt.Sprintf("warmup-%d", i)) })
 	analyze, err := pgx.Connect(ctx, p.dbURL)

@@ -422,21 +422,15 @@ func (e *benchEnv) startServe(b *testing.B) {
 		}
 	})
 	e.base = "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.WaitFor(b, 60*time.Second, "payorch serve to become ready", func() (bool, error) {
 		res, err := e.client.Get(e.base + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false, fmt.Errorf("%v\n%s", err, e.logs.String())
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("payorch serve did not become ready:\n%s", e.logs.String())
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Errorf("readyz %d\n%s", res.StatusCode, e.logs.String())
+	})
 }
 
 // pin moves the cluster (the postmaster and its children; later
@@ -995,10 +989,12 @@ func (e *benchEnv) pgbench(b *testing.B, settle bool, script, dbURL string, defi
 	out, err := cmd.CombinedOutput()
 	took := time.Since(began)
 	// Count pgbench's backends once the postmaster has reaped them.
-	cpu1 := e.cpu()
-	for deadline := time.Now().Add(5 * time.Second); cpu1.pgProcs > cpu0.pgProcs && time.Now().Before(deadline); cpu1 = e.cpu() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	var cpu1 cpuTimes
+	// Not reaped within 5 s: counted as they are.
+	_ = testkit.Poll(5*time.Second, func() (bool, error) {
+		cpu1 = e.cpu()
+		return cpu1.pgProcs <= cpu0.pgProcs, nil
+	})
 	if err != nil {
 		b.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/payorch/payorch/internal/pgautofailover"
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/migrations"
 )
 
@@ -64,8 +66,12 @@ func TestDatabaseFailover(t *testing.T) {
 	servers := []*server{startServe(t, env), startServe(t, env)}
 	stopWatch := watchFormation(t, f)
 	defer stopWatch()
-	load := startFailoverLoad(w, servers, 4)
-	time.Sleep(2 * time.Second)
+	const workers = 4
+	load := startFailoverLoad(w, servers, workers)
+	if err := load.progressed(2*workers, 60*time.Second); err != nil {
+		load.stop()
+		t.Fatalf("the load before the faults: %v", err)
+	}
 
 	var lost *pgautofailover.Node
 	faults := []struct {
@@ -146,7 +152,11 @@ func TestDatabaseFailover(t *testing.T) {
 		for _, s := range servers {
 			waitLogCount(t, s, "api key cache listener reconnected; cache on", i+1, 20*time.Second)
 		}
-		time.Sleep(time.Second)
+		// The next fault meets a load that runs again.
+		if err := load.progressed(workers, 60*time.Second); err != nil {
+			load.stop()
+			t.Fatalf("the load after %s: %v", fault.name, err)
+		}
 	}
 	acked := load.stop()
 	t.Logf("load stopped at %s", time.Since(begin).Round(time.Millisecond))
@@ -156,18 +166,11 @@ func TestDatabaseFailover(t *testing.T) {
 	checkAcknowledged(t, w, servers, acked)
 	// The resolver (every second, in both servers) settles anything left
 	// pending by a request the faults cut short.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.WaitFor(t, 30*time.Second, "no payment or operation pending after the load", func() (bool, error) {
 		p := w.count(t, `SELECT count(*) FROM payments WHERE status = 'pending'`)
 		o := w.count(t, `SELECT count(*) FROM payment_operations WHERE status = 'pending'`)
-		if p == 0 && o == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d payments and %d operations still pending 30s after the load", p, o)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return p == 0 && o == 0, fmt.Errorf("%d payments and %d operations pending", p, o)
+	})
 	t.Logf("%d keys acknowledged (%d captured); checked at %s", len(acked), load.captures, time.Since(begin).Round(time.Millisecond))
 }
 
@@ -250,18 +253,58 @@ func watchFormation(t *testing.T, f *pgautofailover.Formation) (stop func()) {
 }
 
 // settle waits until the formation is stable, every node in its
-// assigned state, and still is 3 and 6 s later: a crashed primary's keeper may
-// restart it, or the monitor may fail over to a standby, and the monitor
-// decides within its keepers' next reports.
+// assigned state, and still is in two rounds of reports every keeper made
+// since (its PostgreSQL running): a crashed primary's keeper may restart
+// it, or the monitor may fail over to a standby, and the monitor decides
+// within its keepers' next reports. A round that finds the formation moving
+// again starts the wait over.
 func settle(ctx context.Context, f *pgautofailover.Formation) error {
-	for range 2 {
-		if err := f.WaitStable(ctx, 90*time.Second, len(f.Nodes)); err != nil {
+	conn, err := pgx.Connect(ctx, f.MonitorURL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	n := len(f.Nodes)
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if err := f.WaitStable(ctx, time.Until(deadline), n); err != nil {
 			return err
 		}
-		time.Sleep(3 * time.Second)
+		var since time.Time
+		if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
+			return err
+		}
+		steady := true
+		for round := 0; round < 2 && steady; round++ {
+			var fresh, settled, primaries int
+			var now time.Time
+			err := testkit.Poll(30*time.Second, func() (bool, error) {
+				err := conn.QueryRow(ctx, settledSQL, since).Scan(&fresh, &settled, &primaries, &now)
+				steady = err == nil && settled == n && primaries == 1
+				return err == nil && (fresh == n || !steady), err
+			})
+			if err != nil {
+				return fmt.Errorf("the keepers' reports after the formation was stable: %d of %d: %w", fresh, n, err)
+			}
+			since = now
+		}
+		if steady {
+			return nil
+		}
 	}
-	return f.WaitStable(ctx, 90*time.Second, len(f.Nodes))
+	return errors.New("the formation did not stay stable within 3 minutes")
 }
+
+// settledSQL counts, from the monitor, the nodes that reported after $1,
+// those in their assigned state (primary, single or secondary) with their
+// PostgreSQL running, and the primaries among them; and reads the
+// monitor's clock, the start of the next round.
+const settledSQL = `SELECT count(*) FILTER (WHERE reporttime > $1),
+	count(*) FILTER (WHERE reportedstate = goalstate AND reportedpgisrunning
+		AND reportedstate IN ('primary', 'single', 'secondary')),
+	count(*) FILTER (WHERE reportedstate = goalstate AND reportedstate IN ('primary', 'single')),
+	now()
+	FROM pgautofailover.node`
 
 // startFormation starts a monitor, a primary and two synchronous standbys
 // (number_sync_standbys 1) with a payorch
@@ -309,13 +352,10 @@ func logsOf(t *testing.T, dir string) {
 // waitLogCount waits until s has logged msg at least n times.
 func waitLogCount(t *testing.T, s *server, msg string, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for strings.Count(s.logs.String(), msg) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s logged %q %d times, want %d", s.base, msg, strings.Count(s.logs.String(), msg), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, within, fmt.Sprintf("%s to log %q %d times", s.base, msg, n), func() (bool, error) {
+		got := strings.Count(s.logs.String(), msg)
+		return got >= n, fmt.Errorf("logged %d times", got)
+	})
 }
 
 // ackedKey is what a client was finally told about one key: the
@@ -395,6 +435,9 @@ func (l *failoverLoad) work(w *world, servers []*server, worker int) {
 				k.capture = c.body
 			}
 		}
+		// The client's pause between keys: the pace of a load that runs
+		// for minutes (every key answered is checked at the end), not a
+		// wait for anything.
 		time.Sleep(20 * time.Millisecond)
 		l.mu.Lock()
 		l.acked[key] = k
@@ -445,6 +488,8 @@ func (l *failoverLoad) untilFinal(send func() answer, final ...int) (answer, boo
 		if time.Now().After(deadline) {
 			return a, false
 		}
+		// A client's pause before it retries: its pace, not a wait for
+		// anything (recovery and progressed read what the retries find).
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -465,34 +510,54 @@ type recoveryResult struct {
 // at: the first write that succeeded having started after the first one
 // that failed (a fault that makes no write fail is not seen: false).
 func (l *failoverLoad) recovery(at time.Time, within time.Duration) (recoveryResult, bool) {
-	deadline := at.Add(within)
-	for {
-		l.mu.Lock()
-		var firstFail time.Time
-		failed := 0
-		for _, e := range l.events {
-			if e.failed && e.end.After(at) {
-				failed++
-				if firstFail.IsZero() || e.end.Before(firstFail) {
-					firstFail = e.end
-				}
-			}
-		}
+	var r recoveryResult
+	err := testkit.Poll(time.Until(at.Add(within)), func() (bool, error) {
 		var first time.Time
-		for _, e := range l.events {
-			if !firstFail.IsZero() && e.ok && e.start.After(firstFail) && (first.IsZero() || e.end.Before(first)) {
-				first = e.end
+		r.failed, first = l.recovered(at)
+		r.firstWrite = first.Sub(at)
+		return !first.IsZero(), nil
+	})
+	if err != nil {
+		return recoveryResult{failed: r.failed}, false
+	}
+	return r, true
+}
+
+// recovered counts the writes that failed after at, and finds the end of
+// the first write that succeeded having started after the first that
+// failed (zero: none yet).
+func (l *failoverLoad) recovered(at time.Time) (failed int, first time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var firstFail time.Time
+	for _, e := range l.events {
+		if e.failed && e.end.After(at) {
+			failed++
+			if firstFail.IsZero() || e.end.Before(firstFail) {
+				firstFail = e.end
 			}
 		}
-		l.mu.Unlock()
-		if !first.IsZero() {
-			return recoveryResult{firstWrite: first.Sub(at), failed: failed}, true
-		}
-		if time.Now().After(deadline) {
-			return recoveryResult{failed: failed}, false
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	for _, e := range l.events {
+		if !firstFail.IsZero() && e.ok && e.start.After(firstFail) && (first.IsZero() || e.end.Before(first)) {
+			first = e.end
+		}
+	}
+	return failed, first
+}
+
+// progressed waits up to within until the clients have had final answers
+// for n more keys than when it was called.
+func (l *failoverLoad) progressed(n int, within time.Duration) error {
+	l.mu.Lock()
+	want := len(l.acked) + n
+	l.mu.Unlock()
+	return testkit.Poll(within, func() (bool, error) {
+		l.mu.Lock()
+		got, failed := len(l.acked), len(l.violations)
+		l.mu.Unlock()
+		return got >= want, fmt.Errorf("%d of %d keys answered (%d violations)", got, want, failed)
+	})
 }
 
 // stop ends the load (each worker finishes its key) and returns what the

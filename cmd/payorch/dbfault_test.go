@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 )
 
 // TestDatabaseRestartsAndKilledBackends sends a stream of authorizations
@@ -47,7 +48,7 @@ func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 			return false
 		}
 	}
-	var retries atomic.Int64
+	var retries, acked atomic.Int64
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Add(1)
@@ -62,6 +63,7 @@ func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 						mu.Lock()
 						got[key] = a.body
 						mu.Unlock()
+						acked.Add(1)
 						break
 					}
 					retries.Add(1)
@@ -71,40 +73,50 @@ func TestDatabaseRestartsAndKilledBackends(t *testing.T) {
 						mu.Unlock()
 						break
 					}
+					// A client's pause between retries: the pace of
+					// its traffic, not a wait for anything.
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
 		}()
 	}
 
-	// The disruptions, while the workers run.
-	disrupted := make(chan error, 1)
-	go func() {
+	// The disruptions, each once the workers have had answers since the
+	// last (the server is serving again, and a fault meets requests in
+	// flight however fast the machine is).
+	progressed := func(since string) {
+		t.Helper()
+		want := acked.Load() + workers
+		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("%d more acknowledged requests %s", workers, since), func() (bool, error) {
+			n := acked.Load()
+			return n >= want, fmt.Errorf("%d of %d acknowledged, %d retries", n, want, retries.Load())
+		})
+	}
+	disrupt := func() error {
 		ctx := context.Background()
-		time.Sleep(300 * time.Millisecond)
+		progressed("before the first restart")
 		if err := cluster.Restart(ctx, true); err != nil {
-			disrupted <- err
-			return
+			return err
 		}
-		time.Sleep(400 * time.Millisecond)
+		progressed("after the first restart")
 		conn, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
 		if err != nil {
-			disrupted <- err
-			return
+			return err
 		}
 		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'`)
 		conn.Close(ctx)
 		if err != nil {
-			disrupted <- err
-			return
+			return err
 		}
-		time.Sleep(300 * time.Millisecond)
-		disrupted <- cluster.Restart(ctx, true)
-	}()
-	err := <-disrupted
-	close(stop)
-	wg.Wait()
+		progressed("after the backends were terminated")
+		return cluster.Restart(ctx, true)
+	}
+	// The workers end when the test does, even if a wait fails it.
+	stopWorkers := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopWorkers()
+	err := disrupt()
+	stopWorkers()
 	if err != nil {
 		t.Fatalf("disruption: %v", err)
 	}

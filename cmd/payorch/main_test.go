@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -306,17 +307,10 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 	// Each embedded fake sends its webhooks to the server, signed with the
 	// secret this start generated: the capture's shows on the timeline.
 	for _, p := range paid {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testkit.WaitFor(t, 30*time.Second, "the hold.captured webhook from "+p.Provider+" on the timeline", func() (bool, error) {
 			st, b := call(t, "GET", base2+"/v1/payments/"+p.ID+"/events", merchant2, "", "")
-			if st == 200 && strings.Contains(string(b), `"operation":"capture_succeeded"`) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no hold.captured webhook from %s on the timeline: %d %s", p.Provider, st, b)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return st == 200 && strings.Contains(string(b), `"operation":"capture_succeeded"`), fmt.Errorf("%d %s", st, b)
+		})
 	}
 	if err := stop2(); err != nil {
 		t.Fatal(err)

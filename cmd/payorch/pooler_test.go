@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -35,13 +38,10 @@ func TestServeBehindPgbouncer(t *testing.T) {
 	})
 	a, b := startServe(t, env), startServe(t, env)
 	for _, s := range []*server{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(s.logs.String(), "api key cache listener started; cache on") {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the key cache did not start listening:\n%s", s.base, tail(s.logs.String(), 3000))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.WaitFor(t, 10*time.Second, s.base+"'s key cache listening", func() (bool, error) {
+			logs := s.logs.String()
+			return strings.Contains(logs, "api key cache listener started; cache on"), errors.New(tail(logs, 3000))
+		})
 	}
 
 	t.Run("AuthorizeReplayDeclineCaptureRefundCancelList", func(t *testing.T) {
@@ -149,17 +149,10 @@ func TestServeBehindPgbouncer(t *testing.T) {
 		if _, err := svc.RevokeAPIKey(ctx, k.ID); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(2 * time.Second)
-		for {
+		testkit.WaitFor(t, 2*time.Second, "b to refuse the key revoked on a", func() (bool, error) {
 			status, _ := call(t, "GET", b.base+"/v1/me", secret, "", "")
-			if status == 401 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("b still accepts the key revoked on a 2s ago (%d)", status)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return status == 401, fmt.Errorf("b still answers %d", status)
+		})
 		if strings.Contains(b.logs.String(), "api key cache off") {
 			t.Fatalf("b's key cache listener failed:\n%s", tail(b.logs.String(), 3000))
 		}

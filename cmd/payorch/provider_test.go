@@ -203,15 +203,10 @@ func TestFakeProviderCommandNeedsAToken(t *testing.T) {
 				}
 			}()
 			c := fake.NewClient("http://"+addr, nil).WithToken("standalone-secret")
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			testkit.WaitFor(t, 10*time.Second, "the standalone fake to answer its client", func() (bool, error) {
 				_, err := c.Faults(ctx)
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the standalone fake never answered its client: %v", err)
-				}
-			}
+				return err == nil, err
+			})
 			_, err := fake.NewClient("http://"+addr, nil).Faults(ctx)
 			if providers.KindOf(err) != providers.KindNotExecuted || !strings.Contains(err.Error(), "401") {
 				t.Fatalf("a client without the token: %v, want a 401", err)

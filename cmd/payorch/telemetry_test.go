@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -281,14 +282,15 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 		Status string `json:"status"`
 	}
 	_ = json.Unmarshal(b, &run)
-	for deadline := time.Now().Add(30 * time.Second); run.Status == "running"; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the run did not finish")
+	testkit.WaitFor(t, 30*time.Second, "the run to finish", testkit.Until(func() bool {
+		if run.Status != "running" {
+			return true
 		}
 		st, b = call(t, "GET", fmt.Sprintf("%s/v1/reconciliation/runs/%d", srv.base, run.ID), finance, "", "")
 		expect("get run", st, 200, b)
 		_ = json.Unmarshal(b, &run)
-	}
+		return run.Status != "running"
+	}))
 	if run.Status != "succeeded" {
 		t.Fatalf("run %s", b)
 	}
@@ -297,7 +299,7 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 	// deliveries show.
 	var samples []sample
 	var exposition string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testkit.WaitFor(t, 20*time.Second, "the purge, reconciliation gauges and webhook deliveries exported", func() (bool, error) {
 		st, b = call(t, "GET", srv.base+"/metrics", "", "", "")
 		expect("metrics", st, 200, b)
 		exposition = string(b)
@@ -305,13 +307,8 @@ func TestMetricsEndpointCoversTheAlertRules(t *testing.T) {
 		_, purged := value(samples, "payorch_idempotency_keys_purged_total", nil)
 		_, gauged := value(samples, "payorch_reconciliation_discrepancies", map[string]string{"category": "amount_mismatch"})
 		_, hooked := value(samples, "payorch_webhook_deliveries_total", map[string]string{"outcome": "delivered"})
-		if purged && gauged && hooked {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("purge, reconciliation gauges or webhook deliveries never exported:\n%s", exposition)
-		}
-	}
+		return purged && gauged && hooked, fmt.Errorf("purged %v, gauged %v, hooked %v in:\n%s", purged, gauged, hooked, exposition)
+	})
 
 	t.Run("EveryMetricOfTheAlertRulesIsExported", func(t *testing.T) {
 		// A sample's name, or a family's (a histogram's name has samples
@@ -556,11 +553,10 @@ func TestTracesExportedOverOTLPAndFlushedOnShutdown(t *testing.T) {
 	if st != 201 {
 		t.Fatalf("authorize: %d %s", st, b)
 	}
-	for deadline := time.Now().Add(10 * time.Second); hooked.Load() < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d webhooks delivered, want the payment's 2", hooked.Load())
-		}
-	}
+	testkit.WaitFor(t, 10*time.Second, "the payment's 2 webhooks", func() (bool, error) {
+		n := hooked.Load()
+		return n >= 2, fmt.Errorf("%d delivered", n)
+	})
 	col.mu.Lock()
 	early := len(col.spans)
 	col.mu.Unlock()

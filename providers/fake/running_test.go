@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -65,16 +66,10 @@ func TestShutdownWakesHungRequests(t *testing.T) {
 	looked := make(chan error, 1)
 	go func() { _, err := c.Lookup(t.Context(), h.Ref); looked <- err }()
 	// Wait until the lookup has used up the fault: it is hanging.
-	for {
+	testkit.WaitFor(t, 10*time.Second, "the lookup to use the fault up", func() (bool, error) {
 		faults, err := c.Faults(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(faults) == 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err == nil && len(faults) == 0, err
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	begin := time.Now()

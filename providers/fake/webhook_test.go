@@ -70,16 +70,10 @@ func (rc *receiver) types(ref string) []string {
 	return out
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
+// waitFor waits up to 10 s for cond.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, what, testkit.Until(cond))
 }
 
 // startHooked starts a fake that sends its webhooks to a new receiver.
