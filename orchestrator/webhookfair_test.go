@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 )
 
@@ -110,12 +111,7 @@ func runDeliveryWorker(t *testing.T, svc *orchestrator.Service) {
 // timeout.
 func waitWithin(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, timeout, what, testkit.Until(cond))
 }
 
 // An endpoint of tenant A that accepts connections and never answers,

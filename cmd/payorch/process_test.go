@@ -85,20 +85,17 @@ func startServe(t *testing.T, env map[string]string) *server {
 			t.Logf("payorch serve %s logs:\n%s", s.base, tail(logs.String(), 4000))
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if err := testkit.Poll(60*time.Second, func() (bool, error) {
 		res, err := http.Get(s.base + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return s
-			}
+		if err != nil {
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("payorch serve did not become ready:\n%s", logs.String())
-		}
-		time.Sleep(25 * time.Millisecond)
+		res.Body.Close()
+		return res.StatusCode == 200, nil
+	}); err != nil {
+		t.Fatalf("payorch serve did not become ready (%v):\n%s", err, logs.String())
 	}
+	return s
 }
 
 func tail(s string, n int) string {
@@ -248,13 +245,8 @@ func crashAfterProviderCall(t *testing.T, w *world, key, body string, env map[st
 		t.Fatal(err)
 	}
 	go authorize(victim.base, w.key, key, body) // never answered
-	deadline := time.Now().Add(10 * time.Second)
-	for len(w.providerAuthorizations(t, key)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the provider never executed the authorization")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the provider executed the authorization",
+		testkit.Until(func() bool { return len(w.providerAuthorizations(t, key)) > 0 }))
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -282,14 +274,10 @@ func TestCrashedOwner(t *testing.T) {
 		if a.status != 409 || !strings.Contains(string(a.body), "idempotency_key_in_use") {
 			t.Fatalf("retry within the dead owner's lease: %d %s", a.status, a.body)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for a.status != 201 {
-			if time.Now().After(deadline) {
-				t.Fatalf("never completed: %d %s", a.status, a.body)
-			}
-			time.Sleep(250 * time.Millisecond)
+		testkit.WaitFor(t, 20*time.Second, "the retry completed once the dead owner's lease ended", func() (bool, error) {
 			a = authorize(survivor.base, w.key, key, body)
-		}
+			return a.status == 201, fmt.Errorf("last answer %d %s", a.status, a.body)
+		})
 		ops := w.providerAuthorizations(t, key)
 		var p struct {
 			Status      string `json:"status"`

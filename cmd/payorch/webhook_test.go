@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/internal/pgtest"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
@@ -42,19 +43,12 @@ func TestWebhooksSurviveACrashBeforeTheSend(t *testing.T) {
 	}
 
 	startServe(t, w.env(map[string]string{"PAYORCH_WEBHOOK_ALLOW_PRIVATE": "true", "PAYORCH_WEBHOOK_INTERVAL": "100ms"}))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := len(received())
-		// Received, and recorded as delivered (the worker commits after
-		// the receiver answered).
-		if n == events && w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) == events {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events delivered after the restart", n, events)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Received, and recorded as delivered (the worker records an attempt
+	// after the receiver answered).
+	testkit.WaitFor(t, 30*time.Second, "every event delivered after the restart", func() (bool, error) {
+		n, recorded := len(received()), w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`)
+		return n == events && recorded == events, fmt.Errorf("%d of %d received, %d recorded", n, events, recorded)
+	})
 }
 
 // TestWebhooksSurviveACrashMidSend: an instance's delivery worker has
@@ -98,12 +92,9 @@ func TestWebhooksSurviveACrashMidSend(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no delivery was held in flight")
 	}
-	for deadline := time.Now().Add(30 * time.Second); w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) < answeredAtOnce; {
-		if time.Now().After(deadline) {
-			t.Fatal("the deliveries answered at once were not recorded")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 30*time.Second, "the deliveries answered at once recorded", testkit.Until(func() bool {
+		return w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) >= answeredAtOnce
+	}))
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -121,17 +112,10 @@ func TestWebhooksSurviveACrashMidSend(t *testing.T) {
 
 	release()
 	startServe(t, env)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		n := len(received())
-		if n == events && w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`) == events {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events delivered after the restart", n, events)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 60*time.Second, "every event delivered after the restart", func() (bool, error) {
+		n, recorded := len(received()), w.count(t, `SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'`)
+		return n == events && recorded == events, fmt.Errorf("%d of %d received, %d recorded", n, events, recorded)
+	})
 	twice := 0
 	for id, n := range received() {
 		switch {
