@@ -1,6 +1,6 @@
 module github.com/payorch/payorch
 
-go 1.26.8
+go 1.27.3
 
 require (
 	github.com/bojanz/currency v1.4.2
