@@ -17,8 +17,9 @@ LDFLAGS := -X main.version=$(VERSION)
 
 STRIPE_MOCK_VERSION := v0.203.0
 # govulncheck, and the golang.org/x/vulndb snapshot whose reports are the
-# vulnerability database (built once per version into the user cache dir,
-# ~/.cache/payorch-vulndb; bump the version to take newer reports).
+# vulnerability database; both are built once per version into the user
+# cache dir (~/.cache/payorch-vulncheck). Bump VULNDB_VERSION to take newer
+# reports: go list -m golang.org/x/vulndb@latest names the newest.
 VULN_VERSION   := v1.9.0
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 GOBIN := $(shell $(GO) env GOPATH)/bin

@@ -6,16 +6,18 @@
 // fetched as a module and laid out in the v1 layout that govulncheck's
 // -db file://… reads (index/db.json, index/modules.json, index/vulns.json,
 // ID/<id>.json). It is built once per vulndb version into a cache folder
-// outside the repository and reused until the version changes.
+// outside the repository (~/.cache/payorch-vulncheck/db) and reused until
+// the version changes.
 //
-// govulncheck is run with `go run module@version`, whose binary the go
-// command caches, and with -format json so that the verdict can tell a
+// govulncheck is installed once per version and Go toolchain into the same
+// cache (bin/), and run with -format json so that the verdict can tell a
 // reachable vulnerability that has a fix (fails: upgrade) from one that has
-// none (reported, does not fail: there is nothing to upgrade to).
+// none (reported, does not fail: there is nothing to upgrade to). Once both
+// are built, a check reaches no network.
 //
 // Usage:
 //
-//	go run ./internal/tools/vulncheck -vulndb VERSION -scanner MODULE@VERSION [-cache DIR] [packages]
+//	go run ./internal/tools/vulncheck -vulndb VERSION -scanner MODULE/CMD@VERSION [-cache DIR] [packages]
 package main
 
 import (
@@ -44,8 +46,8 @@ var errVulnerable = errors.New("reachable vulnerabilities with a fixed version: 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("vulncheck", flag.ContinueOnError)
 	vulndb := fs.String("vulndb", "", "version of the golang.org/x/vulndb module whose data/osv is the database (required)")
-	scanner := fs.String("scanner", "", "govulncheck to run, as `module/cmd@version` for go run (required)")
-	cache := fs.String("cache", "", "folder holding the built databases, one per vulndb version (default: the user cache dir's payorch-vulndb)")
+	scanner := fs.String("scanner", "", "govulncheck to install and run, as `module/cmd@version` (required)")
+	cache := fs.String("cache", "", "folder holding the built databases (db/, one per vulndb version) and scanners (bin/) (default: the user cache dir's payorch-vulncheck)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,14 +63,23 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("-cache not given and no user cache dir: %w", err)
 		}
-		*cache = filepath.Join(dir, "payorch-vulndb")
+		*cache = filepath.Join(dir, "payorch-vulncheck")
 	}
 
-	dbDir, err := ensureDB(*cache, *vulndb, func() (string, error) { return downloadOSV(ctx, *vulndb) })
+	dbDir, err := ensureDB(filepath.Join(*cache, "db"), *vulndb, func() (string, error) { return downloadOSV(ctx, *vulndb) })
 	if err != nil {
 		return err
 	}
-	res, err := scan(ctx, *scanner, dbDir, patterns)
+	goVersion, err := goEnv(ctx, "GOVERSION")
+	if err != nil {
+		return err
+	}
+	bin, err := ensureScanner(filepath.Join(*cache, "bin"), goVersion, *scanner,
+		func(gobin string) error { return goInstall(ctx, *scanner, gobin) })
+	if err != nil {
+		return err
+	}
+	res, err := scan(ctx, bin, dbDir, patterns)
 	if err != nil {
 		return err
 	}

@@ -80,16 +80,16 @@ type result struct {
 	vulns  map[string]*vuln
 }
 
-// scan runs scanner (module/cmd@version, through go run) on patterns
-// against the database in dbDir and reads its findings.
-func scan(ctx context.Context, scanner, dbDir string, patterns []string) (*result, error) {
+// scan runs the govulncheck binary bin on patterns against the database
+// in dbDir and reads its findings.
+func scan(ctx context.Context, bin, dbDir string, patterns []string) (*result, error) {
 	abs, err := filepath.Abs(dbDir)
 	if err != nil {
 		return nil, err
 	}
 	db := (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
-	args := append([]string{"run", scanner, "-db", db, "-format", "json"}, patterns...)
-	cmd := exec.CommandContext(ctx, "go", args...)
+	args := append([]string{"-db", db, "-format", "json"}, patterns...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -103,7 +103,7 @@ func scan(ctx context.Context, scanner, dbDir string, patterns []string) (*resul
 	// In -format json govulncheck exits 0 whatever it finds; anything
 	// else is a failure to scan, never a pass.
 	if err := cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+		return nil, fmt.Errorf("%s %s: %w", bin, strings.Join(args, " "), err)
 	}
 	if readErr != nil {
 		return nil, fmt.Errorf("reading govulncheck's output: %w", readErr)
