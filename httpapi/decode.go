@@ -56,7 +56,13 @@ func decodeStrict(raw []byte, dst any) error {
 		case errors.As(err, &fe):
 			return orchestrator.ParamError(fe.field, "%s", fe.msg)
 		case errors.As(err, &ute):
-			return orchestrator.ParamError(ute.Field, "%s must be a JSON %s", ute.Field, jsonKind(ute.Type.Kind().String()))
+			field := ute.Field
+			if field == "" {
+				// Since Go 1.27 encoding/json no longer says which field
+				// a custom unmarshaler (strictBool) refused.
+				field = strictBoolRefused(raw, reflect.TypeOf(dst))
+			}
+			return orchestrator.ParamError(field, "%s must be a JSON %s", field, jsonKind(ute.Type.Kind().String()))
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			if path := unknownFieldPath(raw, reflect.TypeOf(dst)); path != "" {
@@ -206,6 +212,29 @@ func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
 		}
 	}
 	return nil, false
+}
+
+// strictBoolRefused names the top-level member of raw that a strictBool
+// field of the struct t points to (or is) refuses: present and neither
+// true nor false. "" when there is none.
+func strictBoolRefused(raw []byte, t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var members map[string]json.RawMessage
+	if t == nil || t.Kind() != reflect.Struct || json.Unmarshal(raw, &members) != nil {
+		return ""
+	}
+	for key, v := range members {
+		ft, ok := jsonField(t, key)
+		if !ok || ft != reflect.TypeFor[strictBool]() {
+			continue
+		}
+		if s := string(bytes.TrimSpace(v)); s != "true" && s != "false" {
+			return key
+		}
+	}
+	return ""
 }
 
 // strictBool is a JSON boolean that must be true or false when present:
