@@ -13,6 +13,7 @@ import (
 
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // BenchmarkWebhookDelivery measures one instance's delivery worker
@@ -27,7 +28,8 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits.Add(1) }))
 	b.Cleanup(rcv.Close)
 	pool := pgtest.Pool(b, pgtest.DurableURL(b))
-	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, WebhookAllowPrivate: true})
+	svc := orchestrator.NewService(orchestrator.Config{Pool: pool})
+	hooks := webhooks.New(webhooks.Config{Pool: pool, AllowPrivate: true})
 	tenant, _, _, err := svc.CreateTenant(ctx, fmt.Sprintf("bench-%d", time.Now().UnixNano()))
 	if err != nil {
 		b.Fatal(err)
@@ -51,7 +53,7 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for {
-		st, err := svc.DeliverWebhooks(ctx)
+		st, err := hooks.DeliverWebhooks(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,7 +82,7 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 // the default senders and with 4 (PAYORCH_WEBHOOK_SENDERS), the throttle
 // for an instance that must leave its CPU to payments.
 func BenchmarkWebhookBacklog(b *testing.B) {
-	for _, senders := range []int{orchestrator.DefaultWebhookSenders, 4} {
+	for _, senders := range []int{webhooks.DefaultWebhookSenders, 4} {
 		b.Run(fmt.Sprintf("senders=%d", senders), func(b *testing.B) { benchmarkWebhookBacklog(b, senders) })
 	}
 }
@@ -91,7 +93,7 @@ func benchmarkWebhookBacklog(b *testing.B, senders int) {
 	w := newBenchWorld(b, pgtest.DurableURL(b))
 	svc, done := w.service(b)
 	defer done()
-	svc2 := orchestrator.NewService(orchestrator.Config{Pool: svc.Pool(), WebhookAllowPrivate: true, WebhookSenders: senders})
+	svc2 := webhooks.New(webhooks.Config{Pool: svc.Pool(), AllowPrivate: true, Senders: senders})
 	var hits atomic.Int64
 	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	b.Cleanup(rcv.Close)
