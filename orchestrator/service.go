@@ -220,12 +220,12 @@ func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 // NamedArgs are the named arguments of a statement, which names them
 // @name: the statement's text says what each value is, and a value binds
-// to its name, not to a position. Like NamedArgs, a name the
-// statement uses but the map lacks, or a name it does not use, is an
-// error. Unlike pgx.NamedArgs, which rewrites @name to $n at every call
+// to its name, not to a position. A name the statement uses but the map
+// lacks, or a name it does not use, is an error. Unlike pgx.NamedArgs, which rewrites @name to $n at every call
 // (lexing the whole text: a tenth of the Go CPU of an authorization, by
 // BenchmarkAuthorize), the rewriting is done once per statement text, by
-// pgx's own rewriting, and cached.
+// pgx's own rewriting, and cached. Exported for the packages built on
+// the domain (orchestrator/webhooks), whose statements run as often.
 type NamedArgs map[string]any
 
 // namedStatement is a statement text rewritten to $n placeholders, and
