@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // searchPage is the data of the support search.
@@ -92,7 +93,7 @@ type paymentPage struct {
 // the tenant's webhook endpoints.
 type webhookEventRow struct {
 	Event      orchestrator.WebhookEvent
-	Deliveries []orchestrator.WebhookDelivery
+	Deliveries []webhooks.WebhookDelivery
 }
 
 // maxConsoleWebhookEvents bounds the outbox events a payment's page shows.
@@ -109,11 +110,11 @@ func (s *Server) paymentWebhooks(ctx context.Context, viewer orchestrator.Scope,
 	if err != nil {
 		return nil, err
 	}
-	ds, err := s.svc.PaymentDeliveries(ctx, sc, p.ID)
+	ds, err := s.hooks.PaymentDeliveries(ctx, sc, p.ID)
 	if err != nil {
 		return nil, err
 	}
-	byEvent := map[string][]orchestrator.WebhookDelivery{}
+	byEvent := map[string][]webhooks.WebhookDelivery{}
 	for _, d := range ds {
 		if !viewer.FullEndpointURLs() {
 			d.EndpointURL = orchestrator.RedactURL(d.EndpointURL)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // TestConsolePaymentWebhooksInBrowser: support sees, on a payment's page,
@@ -20,7 +21,7 @@ func TestConsolePaymentWebhooksInBrowser(t *testing.T) {
 	b := newTab(t)
 	e := newMigratedEnv(t, httpapi.Config{})
 	ctx := context.Background()
-	ep, err := e.svc.CreateWebhookEndpoint(ctx, e.tenant, orchestrator.WebhookEndpointInput{
+	ep, err := e.hooks.CreateWebhookEndpoint(ctx, e.tenant, webhooks.WebhookEndpointInput{
 		URL: "https://merchant.example/payorch-hooks", EventTypes: []string{"payment.authorized"}}, "key_console")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -178,11 +179,11 @@ func TestEventsAreTheAPIObjects(t *testing.T) {
 	t.Cleanup(func() { _ = fr.Shutdown(context.Background()) })
 	// second: a connector to fail over to, which takes webhooks; down: a
 	// connector whose reconciliation fails (nothing listens there).
-	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub}, orchestrator.Config{
+	e := newMigratedEnvWith(t, httpapi.Config{MetricsHandler: metricsStub}, orchestrator.Config{
 		Providers: map[string]providers.Provider{
 			"second": fr.Client(&http.Client{}).WithWebhookSecret(secondSecret),
 			"down":   fake.NewClient("http://127.0.0.1:9", nil)},
-		WebhookAllowPrivate: true, HoldExpiringLead: 30 * 24 * time.Hour})
+		HoldExpiringLead: 30 * 24 * time.Hour}, webhooks.Config{AllowPrivate: true})
 	ev := &eventsEnv{contract: contractOn(t, e), doc: loadOpenAPI(t), covered: map[string]bool{}}
 	merchant, finance := e.keys[orchestrator.RoleMerchant], e.keys[orchestrator.RoleFinance]
 	post := func(t *testing.T, path, key, idem, body string, status int) []byte {
@@ -310,7 +311,7 @@ func TestEventsAreTheAPIObjects(t *testing.T) {
 		failing.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.DeliverWebhooks(ctx); err != nil {
+	if _, err := e.hooks.DeliverWebhooks(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ev.check(t, merchant, "webhook_endpoint.disabled", "", ev.get(t, merchant, "/v1/webhook_endpoints/"+failing.ID))
@@ -339,7 +340,7 @@ func TestEventsAreTheAPIObjects(t *testing.T) {
 	// Every event of the tenant reached the endpoint as GET
 	// /v1/events/{id} answers it.
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := e.svc.DeliverWebhooks(ctx); err != nil {
+		if _, err := e.hooks.DeliverWebhooks(ctx); err != nil {
 			t.Fatal(err)
 		}
 		var pending int

@@ -23,6 +23,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // This file feeds every route of the API and of the console, through every
@@ -636,7 +637,7 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 	// discrepancy, a console session for support, finance and admin.
 	authorized, run := consoleFixture(t, e)
 	// A webhook endpoint, so the captured payment's events have deliveries.
-	ep, err := e.svc.CreateWebhookEndpoint(context.Background(), e.tenant, orchestrator.WebhookEndpointInput{
+	ep, err := e.hooks.CreateWebhookEndpoint(context.Background(), e.tenant, webhooks.WebhookEndpointInput{
 		URL: "https://example.com/hooks", EventTypes: []string{"*"}}, "key_hostile")
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/reconcile"
 )
 
@@ -35,6 +36,8 @@ type Config struct {
 	Service *orchestrator.Service
 	// Reconciler serves the finance API.
 	Reconciler *reconcile.Reconciler
+	// Webhooks serves the webhook endpoints and the events' deliveries.
+	Webhooks *webhooks.Service
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
 	// RateLimit is the sustained requests per second allowed per API key,
@@ -103,6 +106,7 @@ type Server struct {
 	echo    *echo.Echo
 	svc     *orchestrator.Service
 	rec     *reconcile.Reconciler
+	hooks   *webhooks.Service
 	logger  *slog.Logger
 	limiter *rateLimiter
 	cfg     Config
@@ -149,6 +153,7 @@ func New(cfg Config) *Server {
 		echo:   e,
 		svc:    cfg.Service,
 		rec:    cfg.Reconciler,
+		hooks:  cfg.Webhooks,
 		logger: cfg.Logger,
 		cfg:    cfg,
 		now:    cfg.Clock,
@@ -222,8 +227,8 @@ func (s *Server) routes() {
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
 	// Deliveries: a merchant's own, support every merchant's, finance and
-	// admin the staff events' (orchestrator.deliveriesVisible). Redelivery
-	// is the owner's only: support reads (orchestrator.RedeliverEvent).
+	// admin the staff events' (webhooks: deliveriesVisible). Redelivery
+	// is the owner's only: support reads (webhooks.Service.RedeliverEvent).
 	deliveryReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance,
 		orchestrator.RoleAdmin)
 	redeliverers := requireRole(orchestrator.RoleMerchant, orchestrator.RoleFinance, orchestrator.RoleAdmin)

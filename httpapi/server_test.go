@@ -24,6 +24,7 @@ import (
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -36,6 +37,7 @@ type env struct {
 	srv    *httpapi.Server
 	url    string
 	svc    *orchestrator.Service
+	hooks  *webhooks.Service
 	pool   *pgxpool.Pool // for tests that read or arrange rows directly
 	logs   *testkit.SyncBuffer
 	keys   map[orchestrator.Role]string
@@ -58,6 +60,14 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	if len(svcCfg) > 0 {
 		sc = svcCfg[0]
 	}
+	return newEnvWith(t, cfg, dbURL, sc, webhooks.Config{})
+}
+
+// newEnvWith is newEnv with the Service's configuration sc and the
+// webhooks' hc; their Pool (unless given), Clock (the Service's), Logger
+// and telemetry providers are filled in.
+func newEnvWith(t *testing.T, cfg httpapi.Config, dbURL string, sc orchestrator.Config, hc webhooks.Config) *env {
+	t.Helper()
 	pool := sc.Pool
 	if pool == nil {
 		pool = pgtest.Pool(t, dbURL)
@@ -88,13 +98,15 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 	}
 	sc.Providers["fake"], sc.DefaultProvider = fc, "fake"
 	svc := orchestrator.NewService(sc)
-	cfg.Service, cfg.Logger = svc, logger
+	hc.Pool, hc.Clock, hc.Logger, hc.MeterProvider = pool, sc.Clock, logger, mp
+	hooks := webhooks.New(hc)
+	cfg.Service, cfg.Webhooks, cfg.Logger = svc, hooks, logger
 	cfg.TracerProvider, cfg.MeterProvider = tp, mp
 	cfg.Reconciler = reconcile.New(reconcile.Config{Pool: pool, Providers: sc.Providers, Logger: logger,
 		TracerProvider: tp, MeterProvider: mp})
 	srv := httpapi.New(cfg)
 	t.Cleanup(srv.Close)
-	e := &env{fake: fc, srv: srv, svc: svc, pool: pool, logs: logs, keys: map[orchestrator.Role]string{}, spans: spans, metrics: reader}
+	e := &env{fake: fc, srv: srv, svc: svc, hooks: hooks, pool: pool, logs: logs, keys: map[orchestrator.Role]string{}, spans: spans, metrics: reader}
 	// Test-only routes behind the same middleware as the real ones.
 	srv.Echo().POST("/test/echo", func(c echo.Context) error {
 		b, err := io.ReadAll(c.Request().Body)
@@ -115,7 +127,18 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 
 func newMigratedEnv(t *testing.T, cfg httpapi.Config, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
-	e := newEnv(t, cfg, testDBURL(t), svcCfg...)
+	var sc orchestrator.Config
+	if len(svcCfg) > 0 {
+		sc = svcCfg[0]
+	}
+	return newMigratedEnvWith(t, cfg, sc, webhooks.Config{})
+}
+
+// newMigratedEnvWith is newMigratedEnv with the webhooks' configuration
+// hc too (newEnvWith).
+func newMigratedEnvWith(t *testing.T, cfg httpapi.Config, sc orchestrator.Config, hc webhooks.Config) *env {
+	t.Helper()
+	e := newEnvWith(t, cfg, testDBURL(t), sc, hc)
 	ctx := context.Background()
 	tenant, _, key, err := e.svc.CreateTenant(ctx, "Acme")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // Webhook endpoints and deliveries: merchants register the
@@ -41,7 +42,7 @@ func webhookEndpointLocation(id string) string { return "/v1/webhook_endpoints/"
 // anything is claimed or read. Errors: not_found.
 func endpointID(c echo.Context) (string, error) {
 	id := c.Param("id")
-	if !orchestrator.ValidWebhookEndpointID(id) {
+	if !webhooks.ValidWebhookEndpointID(id) {
 		return "", orchestrator.Errorf(orchestrator.CodeNotFound, "no webhook endpoint %s", strconv.Quote(id))
 	}
 	return id, nil
@@ -93,20 +94,20 @@ func endpointOwner(p orchestrator.Principal) int64 {
 // naming the field, conflict (already MaxWebhookEndpoints), and the keyed
 // POST's.
 func (s *Server) createWebhookEndpoint(c echo.Context) error {
-	var in orchestrator.WebhookEndpointInput
+	var in webhooks.WebhookEndpointInput
 	key, fp, err := keyedRequest(c, opCreateWebhookEndpoint, nil, &in)
 	if err != nil {
 		return err
 	}
 	p := principal(c)
 	owner := endpointOwner(p)
-	if err := s.svc.ValidateWebhookEndpoint(owner, in); err != nil { // before the key is claimed
+	if err := s.hooks.ValidateWebhookEndpoint(owner, in); err != nil { // before the key is claimed
 		return err
 	}
 	return s.keyedJSON(c, opCreateWebhookEndpoint, key, fp, http.StatusCreated,
-		func(v any) string { return webhookEndpointLocation(v.(orchestrator.WebhookEndpoint).ID) },
+		func(v any) string { return webhookEndpointLocation(v.(webhooks.WebhookEndpoint).ID) },
 		func(ctx context.Context) (any, error) {
-			return s.svc.CreateWebhookEndpoint(ctx, owner, in, p.KeyID)
+			return s.hooks.CreateWebhookEndpoint(ctx, owner, in, p.KeyID)
 		})
 }
 
@@ -115,7 +116,7 @@ func (s *Server) createWebhookEndpoint(c echo.Context) error {
 // orchestrator.Scope.FullEndpointURLs), oldest first, without their
 // secrets.
 func (s *Server) listWebhookEndpoints(c echo.Context) error {
-	eps, err := s.svc.ListWebhookEndpoints(c.Request().Context(), orchestrator.ScopeOf(principal(c)))
+	eps, err := s.hooks.ListWebhookEndpoints(c.Request().Context(), orchestrator.ScopeOf(principal(c)))
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func (s *Server) getWebhookEndpoint(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ep, err := s.svc.GetWebhookEndpoint(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	ep, err := s.hooks.GetWebhookEndpoint(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func (s *Server) updateWebhookEndpoint(c echo.Context) error {
 	}
 	sc := orchestrator.ScopeOf(principal(c))
 	return s.keyedJSON(c, opUpdateWebhookEndpoint, key, fp, http.StatusOK, nil, func(ctx context.Context) (any, error) {
-		return s.svc.UpdateWebhookEndpoint(ctx, sc, id, *req.Enabled)
+		return s.hooks.UpdateWebhookEndpoint(ctx, sc, id, *req.Enabled)
 	})
 }
 
@@ -171,7 +172,7 @@ func (s *Server) rotateWebhookSecret(c echo.Context) error {
 	}
 	sc := orchestrator.ScopeOf(principal(c))
 	return s.keyedJSON(c, opRotateWebhookSecret, key, fp, http.StatusOK, nil, func(ctx context.Context) (any, error) {
-		return s.svc.RotateWebhookSecret(ctx, sc, id)
+		return s.hooks.RotateWebhookSecret(ctx, sc, id)
 	})
 }
 
@@ -187,7 +188,7 @@ func (s *Server) deleteWebhookEndpoint(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ep, err := s.svc.DeleteWebhookEndpoint(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	ep, err := s.hooks.DeleteWebhookEndpoint(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
 	if err != nil {
 		return err
 	}
@@ -204,7 +205,7 @@ func (s *Server) eventDeliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ds, err := s.svc.EventDeliveries(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	ds, err := s.hooks.EventDeliveries(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
 	if err != nil {
 		return err
 	}
@@ -213,7 +214,7 @@ func (s *Server) eventDeliveries(c echo.Context) error {
 
 // redeliverEvent: POST /v1/events/{id}/redeliver (the owner of its
 // endpoints: merchant, or finance and admin for a staff event; not
-// support, whose role reads: orchestrator.RedeliverEvent), body empty or
+// support, whose role reads: webhooks.Service.RedeliverEvent), body empty or
 // {}: 200 with the event's deliveries, pending again. Errors: not_found,
 // forbidden.
 func (s *Server) redeliverEvent(c echo.Context) error {
@@ -227,7 +228,7 @@ func (s *Server) redeliverEvent(c echo.Context) error {
 	}
 	sc := orchestrator.ScopeOf(principal(c))
 	return s.keyedJSON(c, opRedeliverEvent, key, fp, http.StatusOK, nil, func(ctx context.Context) (any, error) {
-		ds, err := s.svc.RedeliverEvent(ctx, sc, id)
+		ds, err := s.hooks.RedeliverEvent(ctx, sc, id)
 		if err != nil {
 			return nil, err
 		}

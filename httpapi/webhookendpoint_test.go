@@ -10,6 +10,7 @@ import (
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // webhookEndpoint is the API's WebhookEndpoint, as far as tests read it.
@@ -256,7 +257,7 @@ func TestWebhookEndpointsAPI(t *testing.T) {
 		if n := e.count(t, `SELECT count(*) FROM idempotency_keys WHERE key LIKE 'wh-bad-%'`); n != 0 {
 			t.Fatalf("%d keys claimed by refused requests", n)
 		}
-		for i := 1; i < orchestrator.MaxWebhookEndpoints; i++ {
+		for i := 1; i < webhooks.MaxWebhookEndpoints; i++ {
 			if res, body := e.post(t, "/v1/webhook_endpoints", merchant, fmt.Sprintf("wh-many-%d", i), create); res.StatusCode != 201 {
 				t.Fatalf("endpoint %d: %d %s", i+1, res.StatusCode, body)
 			}

@@ -152,7 +152,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	// One statement (createPaymentSQL), so one round trip and one
 	// transaction. When the payment exists already (a resumed request, or
 	// a purged key), nothing is written and it is read instead.
-	rows, _ := s.pool.Query(ctx, createPaymentSQL, withClaim(c, namedArgs{
+	rows, _ := s.pool.Query(ctx, createPaymentSQL, withClaim(c, NamedArgs{
 		"tenant_id": in.TenantID, "payment_id": id, "key": in.Key,
 		"request_hash": in.Fingerprint.Hash, "field_hashes": in.Fingerprint.Fields,
 		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
@@ -172,7 +172,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		}
 	}
 	if isNoRows(err) {
-		rows, _ = s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": id})
+		rows, _ = s.pool.Query(ctx, selectPaymentSQL, NamedArgs{"tenant_id": in.TenantID, "payment_id": id})
 		p, err = pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	}
 	if err != nil {
@@ -209,7 +209,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 // the function that runs it, so that each reads on its own: some text
 // repeats from one to the next (the payment's columns, the CTE that moves
 // the key's recovery point, the row of a provider call). Their arguments
-// are named (namedArgs: a name missing or left over is an
+// are named (NamedArgs: a name missing or left over is an
 // error), and their rows are read by column name.
 const createPaymentSQL = `
 	WITH p AS (
@@ -347,7 +347,7 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, Description: p.Description, ExtendedAuthorization: p.ExtendedAuthorization,
 		OnReference: func(ctx context.Context, ref string) error {
-			tag, err := s.pool.Exec(ctx, saveReferenceSQL, namedArgs{
+			tag, err := s.pool.Exec(ctx, saveReferenceSQL, NamedArgs{
 				"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "provider_ref": ref})
 			if err == nil && tag.RowsAffected() == 1 {
 				saved = ref
@@ -466,7 +466,7 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	if failure != nil {
 		detail["failure_code"] = *failure
 	}
-	args := withCall(call, withClaim(c, namedArgs{
+	args := withCall(call, withClaim(c, NamedArgs{
 		"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "status": to, "provider_ref": nullIfEmpty(hold.Ref),
 		"capture_before": settled.CaptureBefore, "failure_code": failure, "now": now, "detail": detail,
 		"attempt_outcome": attemptOutcome(hold, callErr),
@@ -578,7 +578,7 @@ func (s *Service) checkStored(ctx context.Context, c *Claim, stored *StoredRespo
 			response_body = @response_body
 		WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
 			AND status = 'completed' AND response_body = @stored_body`
-	tag, err := s.pool.Exec(ctx, q, namedArgs{"tenant_id": c.TenantID, "scope": c.Scope, "operation": c.Operation, "key": c.Key,
+	tag, err := s.pool.Exec(ctx, q, NamedArgs{"tenant_id": c.TenantID, "scope": c.Scope, "operation": c.Operation, "key": c.Key,
 		"response_status": res.Status, "response_headers": res.Header, "response_body": res.Body, "stored_body": stored.Body})
 	if err != nil || tag.RowsAffected() != 1 {
 		return internalf("restore stored response of %s: %v (%d rows)", written.ID, err, tag.RowsAffected())

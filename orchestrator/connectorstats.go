@@ -101,7 +101,7 @@ func (s *Service) ConnectorStats(ctx context.Context, since time.Time, bucket ti
 		return nil, ParamError("bucket", "at most %d buckets", MaxStatsBuckets)
 	}
 	names := s.connectorNames()
-	rows, _ := s.pool.Query(ctx, connectorStatsSQL, namedArgs{"since": since, "until": until,
+	rows, _ := s.pool.Query(ctx, connectorStatsSQL, NamedArgs{"since": since, "until": until,
 		"bucket_micros": bucket.Microseconds(), "buckets": int64(n), "connectors": names})
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[attemptStatsRow])
 	if err != nil {

@@ -135,13 +135,18 @@ func ErrorCode(err error) Code {
 	return CodeInternal
 }
 
-// internalf wraps an unexpected failure: the client sees only "internal",
+// Internalf wraps an unexpected failure: the client sees only "internal",
 // unless the database refused to store an answer it could lose
-// (AsUnavailable: a 503 to retry).
-func internalf(format string, args ...any) *Error {
+// (AsUnavailable: a 503 to retry). The packages built on the domain
+// (orchestrator/webhooks) answer their failures with it, so httpapi maps
+// them as it maps the domain's.
+func Internalf(format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
 	if e := AsUnavailable(err); e != nil {
 		return e
 	}
 	return &Error{Code: CodeInternal, Message: "internal error", Err: err}
 }
+
+// internalf is Internalf, as this package's code calls it.
+func internalf(format string, args ...any) *Error { return Internalf(format, args...) }

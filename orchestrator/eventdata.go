@@ -3,7 +3,8 @@ package orchestrator
 // The data of an event is the API's object as the change left it: a
 // payment's events carry a Payment, a capture's, cancel's or refund's an
 // Operation, payment.disputed a Dispute, webhook_endpoint.disabled a
-// WebhookEndpoint, and the staff events a reconciliation run. The trigger
+// webhook endpoint (orchestrator/webhooks), and the staff events a
+// reconciliation run (reconcile). The trigger
 // functions store each object's fields (events.object, jsonb, written on
 // the hot path of every payment); what the API and webhooks serve is that
 // snapshot decoded into the very Go type the API answers with and encoded
@@ -72,8 +73,9 @@ func EventObject(typ string) string {
 }
 
 // eventRenderers decode a stored object of another package's type (the
-// reconciliation run: reconcile imports orchestrator, not the reverse) and
-// return the value to encode. Set by RegisterEventRenderer at init.
+// reconciliation run, the webhook endpoint: reconcile and
+// orchestrator/webhooks import orchestrator, not the reverse) and return
+// the value to encode. Set by RegisterEventRenderer at init.
 var eventRenderers = map[string]func(stored []byte) (any, error){}
 
 // RegisterEventRenderer makes render the renderer of the events carrying
@@ -113,13 +115,6 @@ func renderEventData(typ string, stored []byte) (json.RawMessage, error) {
 		}
 		d.CreatedAt = d.CreatedAt.UTC()
 		v = d
-	case "webhook_endpoint":
-		var w WebhookEndpoint
-		if err := json.Unmarshal(stored, &w); err != nil {
-			return nil, err
-		}
-		w.normalize()
-		v = w
 	default:
 		render := eventRenderers[obj]
 		if render == nil {

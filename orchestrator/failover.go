@@ -100,7 +100,7 @@ func (s *Service) Attempts(ctx context.Context, sc Scope, id string) ([]Attempt,
 	const q = `
 		SELECT attempt, connector, forwarded_key, outcome, code, provider_ref, latency_ms, dispatched, started_at, ended_at
 		FROM payment_attempts WHERE tenant_id = @tenant_id AND payment_id = @payment_id ORDER BY attempt`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID})
+	rows, _ := s.pool.Query(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID})
 	as, err := pgx.CollectRows(rows, pgx.RowToStructByName[Attempt])
 	if err != nil {
 		return nil, internalf("read attempts of %s: %w", id, err)
@@ -219,7 +219,7 @@ const dispatchSQL = `
 // dispatch counts the call about to be made with p's current attempt key
 // (dispatchSQL). false: p is no longer pending on that attempt.
 func (s *Service) dispatch(ctx context.Context, p Payment) (bool, error) {
-	tag, err := s.pool.Exec(ctx, dispatchSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt})
+	tag, err := s.pool.Exec(ctx, dispatchSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt})
 	if err != nil {
 		return false, internalf("count provider call of %s: %w", p.ID, err)
 	}
@@ -246,7 +246,7 @@ func (s *Service) recordAttemptCall(ctx context.Context, p Payment, call *provid
 	if call == nil {
 		return
 	}
-	_, err := s.pool.Exec(ctx, recordAttemptCallSQL, withCall(call, namedArgs{
+	_, err := s.pool.Exec(ctx, recordAttemptCallSQL, withCall(call, NamedArgs{
 		"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt,
 		"outcome": attemptOutcome(hold, callErr), "code": attemptCode(hold, callErr), "not_executed": notExecuted(callErr),
 	}))
@@ -305,12 +305,12 @@ func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, h
 			JOIN payment_attempts a ON a.tenant_id = p.tenant_id AND a.payment_id = p.id AND a.attempt = p.attempt
 			WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 			FOR UPDATE OF p`
-		err := tx.QueryRow(ctx, lockSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID}).
+		err := tx.QueryRow(ctx, lockSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID}).
 			Scan(&cur.Status, &cur.Attempt, &cur.Dispatched, &cur.NotExecuted)
 		if err != nil {
 			return err
 		}
-		args := withCall(call, namedArgs{
+		args := withCall(call, NamedArgs{
 			"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt,
 			"outcome": attemptOutcome(hold, callErr), "code": attemptCode(hold, callErr), "not_executed": notExecuted(callErr),
 		})

@@ -62,19 +62,19 @@ var historyTables = []struct {
 }
 
 // Creating or dropping a partition of the outbox waits historyLockTimeout
-// for its table's lock. The delivery worker holds no transaction while it
-// sends (webhookworker.go): its claims and records are transactions of a
-// few milliseconds, like the payments' writes. Still, a claim reads the
-// outbox and the endpoints, and the worker claims again and again while
-// deliveries are due, so the partition changes of the outbox and the
-// claims take outboxPassLock: each claim shared (webhookClaimLock), and only if it is free at
-// once (a claim skips its turn while a change waits or runs); a change
-// exclusive, waiting for the claims in flight (never for a send), before
-// it asks for any table's lock. Payments, and the records of attempts,
-// never take it.
+// for its table's lock. The delivery worker (orchestrator/webhooks) holds
+// no transaction while it sends: its claims and records are transactions
+// of a few milliseconds, like the payments' writes. Still, a claim reads
+// the outbox and the endpoints, and the worker claims again and again
+// while deliveries are due, so the partition changes of the outbox and
+// the claims take the advisory lock OutboxPassLockKey names: each claim
+// shared, and only if it is free at once (a claim skips its turn while a
+// change waits or runs); a change exclusive (outboxPassLock), waiting for
+// the claims in flight (never for a send), before it asks for any
+// table's lock. Payments, and the records of attempts, never take it.
 const (
-	outboxPassLockKey = `hashtextextended('history_partitions:outbox', 0)`
-	outboxPassLock    = `SELECT pg_advisory_xact_lock(` + outboxPassLockKey + `)`
+	OutboxPassLockKey = `hashtextextended('history_partitions:outbox', 0)`
+	outboxPassLock    = `SELECT pg_advisory_xact_lock(` + OutboxPassLockKey + `)`
 )
 
 // HistoryMaintenance is what one MaintainHistory did, over all tables.
@@ -95,11 +95,11 @@ func (s *Service) MaintainHistory(ctx context.Context, keep HistoryRetention) (H
 	var failed error
 	for _, t := range historyTables {
 		n, err := s.historyDDL(ctx, t.outbox, `SELECT history_ensure_partitions(@table, @from, @until)`,
-			namedArgs{"table": t.name, "from": month, "until": month.AddDate(0, HistoryMonthsAhead, 0)})
+			NamedArgs{"table": t.name, "from": month, "until": month.AddDate(0, HistoryMonthsAhead, 0)})
 		m.Created += n
 		if err == nil && t.retention(keep) > 0 {
 			n, err = s.historyDDL(ctx, t.outbox, `SELECT history_drop_partitions(@table, @before)`,
-				namedArgs{"table": t.name, "before": month.AddDate(0, -t.retention(keep), 0)})
+				NamedArgs{"table": t.name, "before": month.AddDate(0, -t.retention(keep), 0)})
 			m.Dropped += n
 		}
 		if err != nil && failed == nil {
@@ -112,7 +112,7 @@ func (s *Service) MaintainHistory(ctx context.Context, keep HistoryRetention) (H
 // historyDDL runs one of the partition functions (q, which returns a
 // count) with historyLockTimeout, trying again while the lock is taken;
 // for an outbox table, once no claim of deliveries is in flight.
-func (s *Service) historyDDL(ctx context.Context, outbox bool, q string, args namedArgs) (int, error) {
+func (s *Service) historyDDL(ctx context.Context, outbox bool, q string, args NamedArgs) (int, error) {
 	var n int
 	var err error
 	for try := range historyLockTries {
@@ -130,7 +130,7 @@ func (s *Service) historyDDL(ctx context.Context, outbox bool, q string, args na
 				}
 			}
 			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', @timeout, true)`,
-				namedArgs{"timeout": fmt.Sprintf("%dms", historyLockTimeout.Milliseconds())}); err != nil {
+				NamedArgs{"timeout": fmt.Sprintf("%dms", historyLockTimeout.Milliseconds())}); err != nil {
 				return err
 			}
 			return tx.QueryRow(ctx, q, args).Scan(&n)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers/fake"
 )
 
@@ -235,7 +236,7 @@ func TestMaintainHistoryDoesNotStallPayments(t *testing.T) {
 // read the outbox the change is waiting to lock) and the next one does.
 func TestMaintainHistoryDuringDeliveries(t *testing.T) {
 	t.Parallel()
-	e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+	e := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate).newTenant(t)
 	ctx := context.Background()
 	if _, err := e.svc.MaintainHistory(ctx, orchestrator.HistoryRetention{}); err != nil {
 		t.Fatal(err)
@@ -258,9 +259,9 @@ func TestMaintainHistoryDuringDeliveries(t *testing.T) {
 	t.Cleanup(open)
 	e.rawEndpoint(t, slow.URL, "whsec_slow", "payment.authorized")
 	e.authorized(t, "first", 100)
-	passed := make(chan orchestrator.DeliveryStats, 1)
+	passed := make(chan webhooks.DeliveryStats, 1)
 	go func() {
-		st, err := e.svc.DeliverWebhooks(ctx)
+		st, err := e.hooks.DeliverWebhooks(ctx)
 		if err != nil {
 			t.Error(err)
 		}

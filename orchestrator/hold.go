@@ -110,7 +110,7 @@ const warnHoldsSQL = `
 func (s *Service) warnExpiringHolds(ctx context.Context, st *HoldStats) error {
 	now := s.now()
 	for {
-		rows, _ := s.pool.Query(ctx, warnHoldsSQL, namedArgs{"now": now, "warn_before": now.Add(s.holdExpiringLead),
+		rows, _ := s.pool.Query(ctx, warnHoldsSQL, NamedArgs{"now": now, "warn_before": now.Add(s.holdExpiringLead),
 			"limit": holdBatch})
 		type warned struct {
 			TenantID      int64     `db:"tenant_id"`
@@ -163,7 +163,7 @@ const pickActionsSQL = `
 // at once; it is not what makes it safe.
 func (s *Service) actOnExpiringHolds(ctx context.Context, st *HoldStats) error {
 	now := s.now()
-	rows, _ := s.pool.Query(ctx, pickActionsSQL, namedArgs{"now": now, "act_before": now.Add(s.holdActionLead),
+	rows, _ := s.pool.Query(ctx, pickActionsSQL, NamedArgs{"now": now, "act_before": now.Add(s.holdActionLead),
 		"recheck_at": now.Add(holdRecheck), "limit": holdBatch})
 	type due struct {
 		TenantID int64    `db:"tenant_id"`
@@ -225,7 +225,7 @@ const pickLapsedSQL = `
 // money.
 func (s *Service) expireLapsedHolds(ctx context.Context, st *HoldStats) error {
 	now := s.now()
-	rows, _ := s.pool.Query(ctx, pickLapsedSQL, namedArgs{"now": now, "recheck_at": now.Add(holdRecheck), "limit": holdBatch})
+	rows, _ := s.pool.Query(ctx, pickLapsedSQL, NamedArgs{"now": now, "recheck_at": now.Add(holdRecheck), "limit": holdBatch})
 	ps, err := pgx.CollectRows(rows, pgx.RowToStructByNameLax[Payment])
 	if err != nil {
 		return internalf("pick lapsed holds: %w", err)
@@ -290,14 +290,14 @@ func (s *Service) lookupHold(ctx context.Context, p Payment) (providers.Hold, er
 func (s *Service) expireIfAuthorized(ctx context.Context, p Payment, providerStatus, by string) (bool, error) {
 	changed := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, lockPaymentSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID})
+		rows, _ := tx.Query(ctx, lockPaymentSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID})
 		cur, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 		if err != nil || cur.Status != StatusAuthorized {
 			return err
 		}
 		const q = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
 		now := s.now()
-		if _, err := tx.Exec(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
+		if _, err := tx.Exec(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
 			return err
 		}
 		changed = true
@@ -333,7 +333,7 @@ const moveDeadlineSQL = `
 // deadline already as late, or a payment no longer authorized, does not).
 // The payment as it now is goes to *out when out is not nil.
 func (s *Service) moveDeadline(ctx context.Context, p Payment, captureBefore time.Time, by string, out *Payment) (bool, error) {
-	rows, _ := s.pool.Query(ctx, moveDeadlineSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
+	rows, _ := s.pool.Query(ctx, moveDeadlineSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
 		"capture_before": captureBefore, "by": by, "now": s.now()})
 	moved, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 	if isNoRows(err) {
@@ -356,7 +356,7 @@ func (s *Service) moveDeadline(ctx context.Context, p Payment, captureBefore tim
 // lapsed), not_supported (the connector cannot extend this hold),
 // provider_unavailable, internal.
 func (s *Service) Extend(ctx context.Context, _ *Claim, in OperationInput) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": in.TenantID, "payment_id": in.PaymentID})
+	rows, _ := s.pool.Query(ctx, selectPaymentSQL, NamedArgs{"tenant_id": in.TenantID, "payment_id": in.PaymentID})
 	p, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 	if isNoRows(err) {
 		return Outcome{}, notFound(in.PaymentID)

@@ -286,7 +286,7 @@ func (s *Service) claimOrRead(ctx context.Context, req IdempotencyRequest, token
 	if asyncClaim[req.Operation] {
 		mode = new("off")
 	}
-	rows, _ := s.pool.Query(ctx, claimOrReadSQL, req.keyArgs(namedArgs{
+	rows, _ := s.pool.Query(ctx, claimOrReadSQL, req.keyArgs(NamedArgs{
 		"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
 		"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL), "synchronous_commit": mode}))
 	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[keyRow])
@@ -319,7 +319,7 @@ const claimHeldSQL = `SELECT EXISTS (SELECT 1 FROM idempotency_keys
 // claimHeld reports whether c's lease is still c's.
 func (s *Service) claimHeld(ctx context.Context, c *Claim) (bool, error) {
 	var held bool
-	err := s.pool.QueryRow(ctx, claimHeldSQL, withClaim(c, namedArgs{})).Scan(&held)
+	err := s.pool.QueryRow(ctx, claimHeldSQL, withClaim(c, NamedArgs{})).Scan(&held)
 	return held, err
 }
 
@@ -328,7 +328,7 @@ func (s *Service) claimHeld(ctx context.Context, c *Claim) (bool, error) {
 func (s *Service) renewKey(ctx context.Context, req IdempotencyRequest, k keyRow, token string, now time.Time) (Begin, error) {
 	fields, _ := json.Marshal(req.Fingerprint.Fields)
 	var exp time.Time
-	err := s.pool.QueryRow(ctx, renewKeySQL, req.keyArgs(namedArgs{
+	err := s.pool.QueryRow(ctx, renewKeySQL, req.keyArgs(NamedArgs{
 		"request_hash": req.Fingerprint.Hash, "field_hashes": fields, "token": token,
 		"locked_until": now.Add(s.lease), "now": now, "expires_at": now.Add(s.keyTTL),
 		"read_token": k.LockToken})).Scan(&exp)
@@ -347,7 +347,7 @@ func (s *Service) renewKey(ctx context.Context, req IdempotencyRequest, k keyRow
 // (another request took it first), internal.
 func (s *Service) takeOverKey(ctx context.Context, req IdempotencyRequest, k keyRow, token string, now time.Time) (Begin, error) {
 	takeover := k.LockedUntil != nil
-	tag, err := s.pool.Exec(ctx, takeOverKeySQL, req.keyArgs(namedArgs{
+	tag, err := s.pool.Exec(ctx, takeOverKeySQL, req.keyArgs(NamedArgs{
 		"token": token, "locked_until": now.Add(s.lease), "now": now, "read_token": k.LockToken, "takeover": takeover}))
 	if err != nil {
 		return Begin{}, s.lostClaim(ctx, req, token, err, internalf("take over idempotency key: %w", err))
@@ -378,7 +378,7 @@ func (req IdempotencyRequest) replayKey() replayKey {
 
 // keyArgs adds to args the named arguments that address req's key row:
 // @tenant_id, @scope, @operation and @key.
-func (req IdempotencyRequest) keyArgs(args namedArgs) namedArgs {
+func (req IdempotencyRequest) keyArgs(args NamedArgs) NamedArgs {
 	args["tenant_id"], args["scope"], args["operation"], args["key"] = req.TenantID, req.Scope, req.Operation, req.Key
 	return args
 }
@@ -393,7 +393,7 @@ func (s *Service) lostClaim(ctx context.Context, req IdempotencyRequest, token s
 	if !commitUnknown(stmtErr) {
 		return err
 	}
-	args := req.keyArgs(namedArgs{"token": token, "now": s.now()})
+	args := req.keyArgs(NamedArgs{"token": token, "now": s.now()})
 	if _, rerr := s.execKeyWrite(ctx, releaseKeySQL, args); rerr != nil {
 		s.logger.ErrorContext(ctx, "give up a claim whose answer was lost", "operation", req.Operation, "error", rerr)
 	}
@@ -438,7 +438,7 @@ func (s *Service) AnswerAfterLeaseLost(ctx context.Context, c *Claim) (StoredRes
 	var status *int
 	var header map[string]string
 	var body []byte
-	err := s.pool.QueryRow(ctx, storedAnswerSQL, c.keyArgs(namedArgs{})).Scan(&status, &header, &body)
+	err := s.pool.QueryRow(ctx, storedAnswerSQL, c.keyArgs(NamedArgs{})).Scan(&status, &header, &body)
 	switch {
 	case isNoRows(err):
 		return StoredResponse{}, errKeyInUse()
@@ -484,7 +484,7 @@ func (s *Service) CompleteIdempotent(ctx context.Context, c *Claim, paymentID st
 			lock_token = NULL, locked_until = NULL, updated_at = @now
 		WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key AND scope = @scope
 			AND lock_token = @token::uuid`
-	tag, err := s.execKeyWrite(ctx, q, c.keyArgs(namedArgs{"response_status": res.Status,
+	tag, err := s.execKeyWrite(ctx, q, c.keyArgs(NamedArgs{"response_status": res.Status,
 		"response_headers": res.Header, "response_body": res.Body, "payment_id": paymentID, "now": s.now()}))
 	if err != nil {
 		if rerr := s.ReleaseIdempotent(ctx, c); rerr != nil {
@@ -509,7 +509,7 @@ func (s *Service) completed(c *Claim, res StoredResponse) {
 // and unknown outcomes), so the next retry resumes at once. It outlives
 // ctx's cancellation and a lost connection (execKeyWrite).
 func (s *Service) ReleaseIdempotent(ctx context.Context, c *Claim) error {
-	if _, err := s.execKeyWrite(ctx, releaseKeySQL, c.keyArgs(namedArgs{"now": s.now()})); err != nil {
+	if _, err := s.execKeyWrite(ctx, releaseKeySQL, c.keyArgs(NamedArgs{"now": s.now()})); err != nil {
 		return internalf("release idempotency key: %w", err)
 	}
 	return nil
@@ -524,7 +524,7 @@ const releaseKeySQL = `
 
 // keyArgs adds to args the named arguments that address c's key row and
 // its lease: @tenant_id, @scope, @operation, @key and @token.
-func (c *Claim) keyArgs(args namedArgs) namedArgs {
+func (c *Claim) keyArgs(args NamedArgs) NamedArgs {
 	args["tenant_id"], args["scope"], args["operation"], args["key"] = c.TenantID, c.Scope, c.Operation, c.Key
 	args["token"] = c.token
 	return args
@@ -629,7 +629,7 @@ func checkpoint(ctx context.Context, tx pgx.Tx, c *Claim, point, paymentID strin
 			payment_id = coalesce(payment_id, nullif(@payment_id, '')), updated_at = @now
 		WHERE tenant_id = @claim_tenant_id AND operation = @claim_operation AND key = @claim_key
 			AND lock_token = @claim_token::uuid`
-	_, err := tx.Exec(ctx, q, withClaim(c, namedArgs{"recovery_point": point, "payment_id": paymentID, "now": now}))
+	_, err := tx.Exec(ctx, q, withClaim(c, NamedArgs{"recovery_point": point, "payment_id": paymentID, "now": now}))
 	return err
 }
 
@@ -639,7 +639,7 @@ func checkpoint(ctx context.Context, tx pgx.Tx, c *Claim, point, paymentID strin
 // (the resolver), which matches no key. Tenant, operation and key lead
 // the statement to the row through the primary key (whose last column,
 // scope, they need not name); the lease token names the row on its own.
-func withClaim(c *Claim, args namedArgs) namedArgs {
+func withClaim(c *Claim, args NamedArgs) NamedArgs {
 	if c == nil {
 		args["claim_tenant_id"], args["claim_operation"], args["claim_key"], args["claim_token"] = nil, nil, nil, nil
 		return args
@@ -662,7 +662,7 @@ func (s *Service) PurgeExpiredKeys(ctx context.Context, batch int) (int, error) 
 			FOR UPDATE SKIP LOCKED
 		) x
 		WHERE k.tenant_id = x.tenant_id AND k.operation = x.operation AND k.key = x.key AND k.scope = x.scope`
-	tag, err := s.pool.Exec(ctx, q, namedArgs{"now": s.now(), "batch": batch})
+	tag, err := s.pool.Exec(ctx, q, NamedArgs{"now": s.now(), "batch": batch})
 	if err != nil {
 		return 0, internalf("purge idempotency keys: %w", err)
 	}

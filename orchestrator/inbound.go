@@ -155,7 +155,7 @@ const providerEventSQL = `
 func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string, ev providers.WebhookEvent, raw []byte) (InboundResult, error) {
 	now := s.now()
 	res := InboundResult{ID: ev.ID, Type: ev.Type}
-	key := namedArgs{"connector": connector, "event_id": ev.ID}
+	key := NamedArgs{"connector": connector, "event_id": ev.ID}
 	var created *time.Time
 	if !ev.CreatedAt.IsZero() {
 		created = &ev.CreatedAt
@@ -163,7 +163,7 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 	if _, err := tx.Exec(ctx, lockInboundSQL, key); err != nil {
 		return res, err
 	}
-	tag, err := tx.Exec(ctx, insertInboundSQL, namedArgs{"connector": connector, "event_id": ev.ID, "type": ev.Type,
+	tag, err := tx.Exec(ctx, insertInboundSQL, NamedArgs{"connector": connector, "event_id": ev.ID, "type": ev.Type,
 		"kind": string(ev.Kind), "hold_ref": ev.HoldRef, "object_id": ev.ObjectID, "raw": raw, "now": now,
 		"created_at": created})
 	if err != nil {
@@ -177,7 +177,7 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 	res.Outcome = InboundRecorded
 	var p *Payment
 	if ev.HoldRef != "" {
-		rows, _ := tx.Query(ctx, lockPaymentByRefSQL, namedArgs{"connector": connector, "ref": ev.HoldRef})
+		rows, _ := tx.Query(ctx, lockPaymentByRefSQL, NamedArgs{"connector": connector, "ref": ev.HoldRef})
 		found, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 		switch {
 		case err == nil:
@@ -194,7 +194,7 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 			s.logger.WarnContext(ctx, "provider webhook for an object we do not know", "connector", connector,
 				"provider_event_id", ev.ID, "type", ev.Type, "hold_ref", ev.HoldRef)
 		}
-		_, err = tx.Exec(ctx, inboundOutcomeSQL, namedArgs{"connector": connector, "event_id": ev.ID,
+		_, err = tx.Exec(ctx, inboundOutcomeSQL, NamedArgs{"connector": connector, "event_id": ev.ID,
 			"outcome": res.Outcome, "tenant_id": nil, "payment_id": nil, "now": now})
 		return res, err
 	}
@@ -208,11 +208,11 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 			detail[k] = v
 		}
 	}
-	if _, err := tx.Exec(ctx, providerEventSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
+	if _, err := tx.Exec(ctx, providerEventSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
 		"kind": string(ev.Kind), "outcome": res.Outcome, "detail": detail, "now": now}); err != nil {
 		return res, err
 	}
-	_, err = tx.Exec(ctx, inboundOutcomeSQL, namedArgs{"connector": connector, "event_id": ev.ID,
+	_, err = tx.Exec(ctx, inboundOutcomeSQL, NamedArgs{"connector": connector, "event_id": ev.ID,
 		"outcome": res.Outcome, "tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
 	return res, err
 }
@@ -226,7 +226,7 @@ func unknownObject(ctx context.Context, tx pgx.Tx, connector string, ev provider
 		return InboundRecorded, nil
 	}
 	var earlier bool
-	if err := tx.QueryRow(ctx, earlierAttemptSQL, namedArgs{"connector": connector, "ref": ev.HoldRef}).Scan(&earlier); err != nil {
+	if err := tx.QueryRow(ctx, earlierAttemptSQL, NamedArgs{"connector": connector, "ref": ev.HoldRef}).Scan(&earlier); err != nil {
 		return "", err
 	}
 	if earlier {
@@ -285,7 +285,7 @@ const paymentOperationsOfSQL = `
 
 // operationsOf reads p's operations of kind.
 func operationsOf(ctx context.Context, tx pgx.Tx, p Payment, kind opKind) ([]operation, error) {
-	rows, _ := tx.Query(ctx, paymentOperationsOfSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "kind": kind})
+	rows, _ := tx.Query(ctx, paymentOperationsOfSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "kind": kind})
 	return pgx.CollectRows(rows, pgx.RowToStructByName[operation])
 }
 
@@ -358,7 +358,7 @@ func (s *Service) applySettlement(ctx context.Context, tx pgx.Tx, connector stri
 		reserved int64
 		busy     bool
 	)
-	if err := tx.QueryRow(ctx, paymentOperationsSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID}).
+	if err := tx.QueryRow(ctx, paymentOperationsSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID}).
 		Scan(&reserved, &busy); err != nil {
 		return "", err
 	}
@@ -468,13 +468,13 @@ func recordExternalOperation(ctx context.Context, tx pgx.Tx, connector string, p
 	if kind == opRefund {
 		ref = nullIfEmpty(ev.ObjectID)
 	}
-	if _, err := tx.Exec(ctx, recordExternalOperationSQL, namedArgs{"tenant_id": p.TenantID, "operation_id": id,
+	if _, err := tx.Exec(ctx, recordExternalOperationSQL, NamedArgs{"tenant_id": p.TenantID, "operation_id": id,
 		"payment_id": p.ID, "kind": kind, "key": "provider:" + connector + ":" + object, "forwarded_key": ev.IdempotencyKey,
 		"amount_minor": amount, "provider_ref": ref, "now": now}); err != nil {
 		return err
 	}
 	to, captured, refunded := settledState(kind, p, amount)
-	if _, err := tx.Exec(ctx, updatePaymentStateSQL, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
+	if _, err := tx.Exec(ctx, updatePaymentStateSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
 		"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": now}); err != nil {
 		return err
 	}
@@ -502,7 +502,7 @@ func recordDispute(ctx context.Context, tx pgx.Tx, connector string, p Payment, 
 	if amount == 0 {
 		amount = p.CapturedMinor
 	}
-	tag, err := tx.Exec(ctx, recordDisputeSQL, namedArgs{"tenant_id": p.TenantID,
+	tag, err := tx.Exec(ctx, recordDisputeSQL, NamedArgs{"tenant_id": p.TenantID,
 		"id": operationID("dp_", p.TenantID, "provider "+connector, ref), "payment_id": p.ID, "connector": connector,
 		"provider_ref": ref, "amount_minor": amount, "currency": p.Currency, "reason": ev.Reason, "event_id": ev.ID, "now": now})
 	if err != nil {

@@ -27,24 +27,6 @@ func (s *Service) ResolverJob(interval, minAge, providerTimeout time.Duration) *
 		})
 }
 
-// WebhookJob delivers due webhooks every interval. Passes follow each
-// other at once while they find work, for up to 30 s (a pass claims for
-// 10 s, then waits at most one send timeout for those in flight: well
-// within the run's timeout; sends cut short by it are not recorded, and
-// go again when their leases end).
-func (s *Service) WebhookJob(interval time.Duration) *background.Worker {
-	return background.NewWorker("webhooks", interval, 2*WebhookTimeout+time.Minute, s.logger,
-		func(ctx context.Context) error {
-			for start := time.Now(); time.Since(start) < 30*time.Second; {
-				st, err := s.DeliverWebhooks(ctx)
-				if err != nil || st.Sent == 0 {
-					return err
-				}
-			}
-			return nil
-		})
-}
-
 // HistoryJob makes the next months' partitions of the append-only
 // history ahead of time and drops those past the retention, hourly (every
 // instance; serialised in the database).

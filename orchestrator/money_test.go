@@ -22,6 +22,7 @@ import (
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -36,7 +37,10 @@ var moneyStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 // the others share one per group, each with a tenant of its own
 // (newTenant), since a database takes a while to make.
 type moneyWorld struct {
-	svc   *orchestrator.Service
+	svc *orchestrator.Service
+	// hooks is the webhooks' service on the same database (withHooks
+	// tunes it).
+	hooks *webhooks.Service
 	clk   *testkit.Clock
 	fake  *fake.Client   // the first connector's fake
 	gates *gatedProvider // the first connector's gates
@@ -83,6 +87,15 @@ func newConnectorWorld(t *testing.T, providerTimeout time.Duration, tune func(*o
 		tune(&cfg)
 	}
 	w.svc = orchestrator.NewService(cfg)
+	w.hooks = webhooks.New(webhooks.Config{Pool: cfg.Pool, Clock: clk.Now})
+	return w
+}
+
+// withHooks makes w's webhooks service anew, as tune configures it.
+func (w *moneyWorld) withHooks(tune func(*webhooks.Config)) *moneyWorld {
+	cfg := webhooks.Config{Pool: w.svc.Pool(), Clock: w.clk.Now}
+	tune(&cfg)
+	w.hooks = webhooks.New(cfg)
 	return w
 }
 

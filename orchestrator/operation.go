@@ -171,7 +171,7 @@ func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind
 	if refused != nil {
 		return p, operation{}, refusal{refused}
 	}
-	rows, _ := tx.Query(ctx, recordOperationSQL, withClaim(c, namedArgs{
+	rows, _ := tx.Query(ctx, recordOperationSQL, withClaim(c, NamedArgs{
 		"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
 		"forwarded_key": providers.ForwardedKey(in.TenantID, meta.route, in.Key), "amount_minor": amount, "now": now,
 		"recovery_point": kind.String() + "_recorded"}))
@@ -209,11 +209,11 @@ type operationRead struct {
 // Errors: pgx.ErrNoRows when there is no such payment.
 func readForOperation(ctx context.Context, tx pgx.Tx, c *Claim, tenantID int64, paymentID, opID string) (operationRead, error) {
 	b := &pgx.Batch{}
-	b.Queue(lockPaymentSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
-	b.Queue(selectOperationSQL, namedArgs{"tenant_id": tenantID, "operation_id": opID})
-	b.Queue(paymentOperationsSQL, namedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	b.Queue(lockPaymentSQL, NamedArgs{"tenant_id": tenantID, "payment_id": paymentID})
+	b.Queue(selectOperationSQL, NamedArgs{"tenant_id": tenantID, "operation_id": opID})
+	b.Queue(paymentOperationsSQL, NamedArgs{"tenant_id": tenantID, "payment_id": paymentID})
 	if c != nil {
-		b.Queue(claimHeldSQL, withClaim(c, namedArgs{}))
+		b.Queue(claimHeldSQL, withClaim(c, NamedArgs{}))
 	}
 	br := tx.SendBatch(ctx, b)
 	var r operationRead
@@ -253,7 +253,7 @@ func readForOperation(ctx context.Context, tx pgx.Tx, c *Claim, tenantID int64, 
 // capture_before), in tx, with the state change in its history.
 func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error {
 	const q = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
-	if _, err := tx.Exec(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
+	if _, err := tx.Exec(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
 		return err
 	}
 	from := p.Status
@@ -483,7 +483,7 @@ func failOperation(ctx context.Context, tx pgx.Tx, p Payment, op operation, code
 	const fail = `
 		UPDATE payment_operations SET status = 'failed', failure_code = @failure_code, updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @operation_id AND status = 'pending'`
-	tag, err := tx.Exec(ctx, fail, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID,
+	tag, err := tx.Exec(ctx, fail, NamedArgs{"tenant_id": op.TenantID, "operation_id": op.ID,
 		"failure_code": code, "now": now})
 	if err != nil || tag.RowsAffected() == 0 {
 		return false, err
@@ -492,7 +492,7 @@ func failOperation(ctx context.Context, tx pgx.Tx, p Payment, op operation, code
 		const expire = `
 			UPDATE payments SET status = 'expired', updated_at = @now
 			WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'`
-		tag, err := tx.Exec(ctx, expire, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
+		tag, err := tx.Exec(ctx, expire, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
 		if err != nil {
 			return false, err
 		}
@@ -540,7 +540,7 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 		// No row: the call is recorded all the same. Either the operation
 		// was settled meanwhile, or the payment moved since p was read.
 		call = nil
-		rows, _ := s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+		rows, _ := s.pool.Query(ctx, selectOperationSQL, NamedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
 		current, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 		if err != nil {
 			return Outcome{}, internalf("reload %s: %w", op.Kind, err)
@@ -565,7 +565,7 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 func settleSucceededOn(ctx context.Context, q querier, c *Claim, p Payment, op operation, refundID string, call *providerCall,
 	now time.Time) (settledOperationRow, error) {
 	to, captured, refunded := settledState(op.Kind, p, op.AmountMinor)
-	rows, _ := q.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, namedArgs{
+	rows, _ := q.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, NamedArgs{
 		"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(refundID),
 		"from_status": p.Status, "captured_from": p.CapturedMinor, "refunded_from": p.RefundedMinor,
 		"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": now})))
@@ -574,7 +574,7 @@ func settleSucceededOn(ctx context.Context, q querier, c *Claim, p Payment, op o
 
 // reloadOperation reads a settled operation and answers with it.
 func (s *Service) reloadOperation(ctx context.Context, op operation) (Outcome, error) {
-	rows, _ := s.pool.Query(ctx, selectOperationSQL, namedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
+	rows, _ := s.pool.Query(ctx, selectOperationSQL, NamedArgs{"tenant_id": op.TenantID, "operation_id": op.ID})
 	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 	if err != nil {
 		return Outcome{}, internalf("reload %s: %w", op.Kind, err)

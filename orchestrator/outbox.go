@@ -11,6 +11,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -41,9 +42,11 @@ type WebhookEvent struct {
 	CreatedAt time.Time       `json:"created_at" db:"created_at"`
 }
 
-// render completes an event as read: its object name, its time in UTC and
-// its data, the stored object in the API's shape (renderEventData).
-func (ev *WebhookEvent) render() error {
+// Render completes an event as read: its object name, its time in UTC and
+// its data, the stored object in the API's shape (renderEventData). The
+// webhooks' bodies are rendered by it too, so a delivery and a GET of the
+// event cannot differ.
+func (ev *WebhookEvent) Render() error {
 	ev.Object = "event"
 	ev.CreatedAt = ev.CreatedAt.UTC()
 	data, err := renderEventData(ev.Type, ev.Data)
@@ -107,6 +110,10 @@ type EventFilter struct {
 // eventIDRE is the shape of an event id (evt_ and 32 hex digits).
 var eventIDRE = regexp.MustCompile(`^evt_[0-9a-f]{32}$`)
 
+// ValidEventID reports whether id is shaped like an event id ("evt_" and
+// 32 lowercase hex digits).
+func ValidEventID(id string) bool { return eventIDRE.MatchString(id) }
+
 // eventColumns is what every statement reading events returns.
 const eventColumns = `id, tenant_id, type, payment_id, sequence, object, created_at`
 
@@ -119,7 +126,7 @@ func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEve
 	}
 	const q = `SELECT ` + eventColumns + ` FROM events
 		WHERE id = @id AND ` + eventVisible
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
+	rows, _ := s.pool.Query(ctx, q, NamedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
 	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[WebhookEvent])
 	if isNoRows(err) {
 		return WebhookEvent{}, Errorf(CodeNotFound, "no event %q", id)
@@ -127,7 +134,7 @@ func (s *Service) GetEvent(ctx context.Context, sc Scope, id string) (WebhookEve
 	if err != nil {
 		return WebhookEvent{}, internalf("read event: %w", err)
 	}
-	if err := ev.render(); err != nil {
+	if err := ev.Render(); err != nil {
 		return WebhookEvent{}, internalf("read event %s: %w", ev.ID, err)
 	}
 	ev.redactFor(sc)
@@ -189,7 +196,7 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 		  AND (@cursor_at::timestamptz IS NULL OR (created_at, id) < (@cursor_at, @cursor_id::text))
 		ORDER BY created_at DESC, id DESC
 		LIMIT @limit`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff, "type": f.Type, "payment_id": f.PaymentID,
+	rows, _ := s.pool.Query(ctx, q, NamedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff, "type": f.Type, "payment_id": f.PaymentID,
 		"delivered": f.Delivered,
 		"cursor_at": cursorAt, "cursor_id": cursorID, "limit": f.Limit + 1})
 	evs, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookEvent])
@@ -201,10 +208,35 @@ func (s *Service) ListEvents(ctx context.Context, sc Scope, f EventFilter) ([]We
 		evs = evs[:f.Limit]
 	}
 	for i := range evs {
-		if err := evs[i].render(); err != nil {
+		if err := evs[i].Render(); err != nil {
 			return nil, false, internalf("list events: %s: %w", evs[i].ID, err)
 		}
 		evs[i].redactFor(sc)
 	}
 	return evs, more, nil
+}
+
+// FullEndpointURLs reports whether sc is shown endpoint URLs whole: only
+// a merchant's scope, whose endpoints they are. An endpoint URL is often
+// a capability (a token in its path or query lets anyone post to the
+// receiver), so staff (support reading every tenant's deliveries, finance
+// and admin, whose staff endpoints every finance and admin key shares)
+// see scheme://host/… (RedactURL): enough to tell endpoints apart and to
+// diagnose a host, not to post to it. The one who creates an endpoint
+// gets its URL back whole in that answer only, like its secret.
+func (sc Scope) FullEndpointURLs() bool { return sc.TenantID != 0 && !sc.Staff }
+
+// RedactURL is an endpoint URL as staff see it: its scheme and host (with
+// the port), and "/…" in place of a path or query ("/" when it has
+// neither). Something that is not an absolute URL is "…".
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "…"
+	}
+	rest := "/"
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		rest = "/…"
+	}
+	return u.Scheme + "://" + u.Host + rest
 }

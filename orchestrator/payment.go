@@ -156,7 +156,7 @@ const selectPaymentSQL = `
 
 // readPayment reads payment id of tenant (selectPaymentSQL).
 func (s *Service) readPayment(ctx context.Context, tenantID int64, id string) (Payment, error) {
-	rows, _ := s.pool.Query(ctx, selectPaymentSQL, namedArgs{"tenant_id": tenantID, "payment_id": id})
+	rows, _ := s.pool.Query(ctx, selectPaymentSQL, NamedArgs{"tenant_id": tenantID, "payment_id": id})
 	return pgx.CollectExactlyOneRow(rows, scanPayment)
 }
 
@@ -340,7 +340,7 @@ func stateEvent(ctx context.Context, tx pgx.Tx, tenantID int64, paymentID string
 	const q = `
 		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
 		VALUES (@tenant_id, @payment_id, 'state_changed', @from_status, @to_status, @detail, @at)`
-	_, err := tx.Exec(ctx, q, namedArgs{"tenant_id": tenantID, "payment_id": paymentID,
+	_, err := tx.Exec(ctx, q, NamedArgs{"tenant_id": tenantID, "payment_id": paymentID,
 		"from_status": from, "to_status": to, "detail": detail, "at": at})
 	return err
 }

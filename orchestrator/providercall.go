@@ -64,7 +64,7 @@ func (s *Service) recordCall(ctx context.Context, p Payment, pc *providerCall) {
 	const q = `
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms, detail, created_at)
 		VALUES (@tenant_id, @payment_id, 'provider_call', @operation, @forwarded_key, @outcome, @latency_ms, @detail, @at)`
-	_, err := s.pool.Exec(ctx, q, namedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "operation": pc.operation,
+	_, err := s.pool.Exec(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "operation": pc.operation,
 		"forwarded_key": pc.forwardedKey, "outcome": pc.outcome, "latency_ms": pc.latencyMS, "detail": pc.detail, "at": pc.at})
 	if err != nil {
 		s.logger.ErrorContext(ctx, "provider call not recorded", "payment_id", p.ID, "operation", pc.operation, "error", err)
@@ -75,7 +75,7 @@ func (s *Service) recordCall(ctx context.Context, p Payment, pc *providerCall) {
 // a settling statement (settleAuthorizeSQL, settleOperationSQL):
 // @call_operation, @call_forwarded_key, @call_outcome, @call_latency_ms,
 // @call_detail and @call_at, all NULL (no row) for a nil call.
-func withCall(pc *providerCall, args namedArgs) namedArgs {
+func withCall(pc *providerCall, args NamedArgs) NamedArgs {
 	if pc == nil {
 		args["call_operation"], args["call_forwarded_key"], args["call_outcome"] = nil, nil, nil
 		args["call_latency_ms"], args["call_detail"], args["call_at"] = nil, nil, nil

@@ -111,7 +111,7 @@ func (s *Service) pickPendingOperations(ctx context.Context, olderThan time.Dura
 // rows it picked.
 func pickPending[T any](ctx context.Context, s *Service, table, sql string, scan pgx.RowToFunc[T], olderThan time.Duration, limit int) ([]T, error) {
 	now := s.now()
-	rows, _ := s.pool.Query(ctx, sql, namedArgs{"older_than": now.Add(-olderThan), "now": now, "limit": limit})
+	rows, _ := s.pool.Query(ctx, sql, NamedArgs{"older_than": now.Add(-olderThan), "now": now, "limit": limit})
 	items, err := pgx.CollectRows(rows, scan)
 	if err != nil {
 		return nil, internalf("pick pending %s: %w", table, err)

@@ -66,7 +66,7 @@ const activeRoutingSQL = `
 // authorization path uses routingFor. Errors: not_found (no such
 // tenant), internal.
 func (s *Service) Routing(ctx context.Context, tenantID int64) (RoutingVersion, error) {
-	rows, _ := s.pool.Query(ctx, activeRoutingSQL, namedArgs{"tenant_id": tenantID})
+	rows, _ := s.pool.Query(ctx, activeRoutingSQL, NamedArgs{"tenant_id": tenantID})
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[routingRow])
 	if isNoRows(err) {
 		return RoutingVersion{}, Errorf(CodeNotFound, "tenant %d does not exist", tenantID)
@@ -118,7 +118,7 @@ func (s *Service) RoutingVersions(ctx context.Context, tenantID int64, f Routing
 	if f.StartingAfter < 0 {
 		return nil, false, ParamError("starting_after", "starting_after must be a version")
 	}
-	rows, _ := s.pool.Query(ctx, routingVersionsSQL, namedArgs{
+	rows, _ := s.pool.Query(ctx, routingVersionsSQL, NamedArgs{
 		"tenant_id": tenantID, "starting_after": f.StartingAfter, "limit": f.Limit + 1})
 	rs, err := pgx.CollectRows(rows, pgx.RowToStructByName[routingRow])
 	if err != nil {
@@ -192,7 +192,7 @@ func (s *Service) SetRouting(ctx context.Context, tenantID int64, rules RoutingR
 		return RoutingVersion{}, internalf("encode routing rules: %w", err)
 	}
 	for try := 1; ; try++ {
-		rows, _ := s.pool.Query(ctx, setRoutingSQL, namedArgs{
+		rows, _ := s.pool.Query(ctx, setRoutingSQL, NamedArgs{
 			"tenant_id": tenantID, "rules": doc, "created_by": createdBy, "now": s.now()})
 		row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[routingRow])
 		code, constraint := constraintOf(err)

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -55,24 +54,12 @@ type Config struct {
 	MaxAttempts int
 	// Breaker tunes the connectors' health breakers (breaker.go).
 	Breaker BreakerConfig
-	// WebhookAllowPrivate lets webhook endpoints be http and reach
-	// private, loopback and link-local addresses
-	// (PAYORCH_WEBHOOK_ALLOW_PRIVATE: development and tests).
-	WebhookAllowPrivate bool
 	// HoldExpiringLead is how long before a hold's deadline the sweeper
 	// sends payment.hold_expiring; 0 means DefaultHoldExpiringLead.
 	HoldExpiringLead time.Duration
 	// HoldActionLead is how long before a hold's deadline the sweeper
 	// starts its on_expiry action; 0 means DefaultHoldActionLead.
 	HoldActionLead time.Duration
-	// WebhookSenders is how many deliveries the delivery worker of this
-	// instance sends at once; 0 means DefaultWebhookSenders. Fewer
-	// senders drain a backlog more slowly and leave more of the machine
-	// to payments.
-	WebhookSenders int
-	// WebhookTimeout bounds one delivery attempt, connection included;
-	// 0 means WebhookTimeout, which is also the most it can be.
-	WebhookTimeout time.Duration
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -96,27 +83,21 @@ type Config struct {
 
 // Service is the pgx-backed implementation of payorch's domain.
 type Service struct {
-	pool            *pgxpool.Pool
-	schemaVersions  func(context.Context) (current, target int64, err error)
-	now             func() time.Time
-	logger          *slog.Logger
-	providers       map[string]providers.Provider
-	defaultProvider string
-	connectors      map[string]ConnectorOptions
-	maxAttempts     int
-	breakers        map[string]*breaker
-	// webhookClient sends webhook deliveries (newWebhookClient).
-	webhookClient       *http.Client
-	webhookAllowPrivate bool
-	webhookSenders      int
-	webhookTimeout      time.Duration
-	webhookFast         *fastEndpoints
-	holdExpiringLead    time.Duration
-	holdActionLead      time.Duration
-	providerTimeout     time.Duration
-	lease               time.Duration
-	keyTTL              time.Duration
-	tel                 *telemetry
+	pool             *pgxpool.Pool
+	schemaVersions   func(context.Context) (current, target int64, err error)
+	now              func() time.Time
+	logger           *slog.Logger
+	providers        map[string]providers.Provider
+	defaultProvider  string
+	connectors       map[string]ConnectorOptions
+	maxAttempts      int
+	breakers         map[string]*breaker
+	holdExpiringLead time.Duration
+	holdActionLead   time.Duration
+	providerTimeout  time.Duration
+	lease            time.Duration
+	keyTTL           time.Duration
+	tel              *telemetry
 	// replays holds completed keys for replays; nil when off.
 	replays *replayCache
 
@@ -151,7 +132,6 @@ func NewService(cfg Config) *Service {
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts
 	}
-	s.webhookAllowPrivate = cfg.WebhookAllowPrivate
 	s.holdExpiringLead, s.holdActionLead = cfg.HoldExpiringLead, cfg.HoldActionLead
 	if s.holdExpiringLead <= 0 {
 		s.holdExpiringLead = DefaultHoldExpiringLead
@@ -159,15 +139,6 @@ func NewService(cfg Config) *Service {
 	if s.holdActionLead <= 0 {
 		s.holdActionLead = DefaultHoldActionLead
 	}
-	s.webhookSenders = cfg.WebhookSenders
-	if s.webhookSenders <= 0 {
-		s.webhookSenders = DefaultWebhookSenders
-	}
-	s.webhookTimeout = cfg.WebhookTimeout
-	if s.webhookTimeout <= 0 || s.webhookTimeout > WebhookTimeout {
-		s.webhookTimeout = WebhookTimeout
-	}
-	s.webhookFast = newFastEndpoints()
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {
 		s.breakers[name] = newBreaker(cfg.Breaker.withDefaults())
@@ -190,7 +161,6 @@ func NewService(cfg Config) *Service {
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s.webhookClient = newWebhookClient(cfg.WebhookAllowPrivate, s.logger)
 	var err error
 	if s.tel, err = newTelemetry(s, cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		s.logger.Warn("orchestrator: telemetry instruments", "error", err)
@@ -240,18 +210,23 @@ func constraintOf(err error) (code, constraint string) {
 	return "", ""
 }
 
+// querier runs a query: the pool, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // isNoRows reports whether err is pgx's "no rows" error.
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
-// namedArgs are the named arguments of a statement, which names them
+// NamedArgs are the named arguments of a statement, which names them
 // @name: the statement's text says what each value is, and a value binds
-// to its name, not to a position. Like namedArgs, a name the
-// statement uses but the map lacks, or a name it does not use, is an
-// error. Unlike pgx.NamedArgs, which rewrites @name to $n at every call
+// to its name, not to a position. A name the statement uses but the map
+// lacks, or a name it does not use, is an error. Unlike pgx.NamedArgs, which rewrites @name to $n at every call
 // (lexing the whole text: a tenth of the Go CPU of an authorization, by
 // BenchmarkAuthorize), the rewriting is done once per statement text, by
-// pgx's own rewriting, and cached.
-type namedArgs map[string]any
+// pgx's own rewriting, and cached. Exported for the packages built on
+// the domain (orchestrator/webhooks), whose statements run as often.
+type NamedArgs map[string]any
 
 // namedStatement is a statement text rewritten to $n placeholders, and
 // the name of each.
@@ -264,7 +239,7 @@ type namedStatement struct {
 var namedStatements sync.Map
 
 // RewriteQuery implements pgx.QueryRewriter.
-func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, _ []any) (string, []any, error) {
+func (na NamedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, _ []any) (string, []any, error) {
 	st, err := na.statement(ctx, conn, sql)
 	if err != nil {
 		return "", nil, err
@@ -289,7 +264,7 @@ func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string
 
 // statement returns sql rewritten, from the cache or by pgx.NamedArgs,
 // each argument standing for its own name.
-func (na namedArgs) statement(ctx context.Context, conn *pgx.Conn, sql string) (*namedStatement, error) {
+func (na NamedArgs) statement(ctx context.Context, conn *pgx.Conn, sql string) (*namedStatement, error) {
 	if st, ok := namedStatements.Load(sql); ok {
 		return st.(*namedStatement), nil
 	}

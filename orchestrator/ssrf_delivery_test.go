@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // syncBuffer is a log sink the delivery senders may write concurrently.
@@ -37,9 +38,9 @@ func (s *syncBuffer) String() string {
 func TestWebhookRefusalHidesTheAddress(t *testing.T) {
 	t.Parallel()
 	logs := &syncBuffer{}
-	e := newConnectorWorld(t, 0, func(c *orchestrator.Config) {
+	e := newConnectorWorld(t, 0, nil, "fake").withHooks(func(c *webhooks.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}, "fake").newTenant(t)
+	}).newTenant(t)
 	rcv := newReceiver(t)
 	url := strings.Replace(rcv.URL, "127.0.0.1", "localhost", 1)
 	e.rawEndpoint(t, url, "whsec_local", "payment.authorized")
@@ -50,7 +51,7 @@ func TestWebhookRefusalHidesTheAddress(t *testing.T) {
 	if got := rcv.requests(); len(got) != 0 {
 		t.Fatalf("the receiver on loopback got %d requests", len(got))
 	}
-	ds, err := e.svc.PaymentDeliveries(context.Background(), orchestrator.Scope{TenantID: e.tenant}, p.ID)
+	ds, err := e.hooks.PaymentDeliveries(context.Background(), orchestrator.Scope{TenantID: e.tenant}, p.ID)
 	if err != nil || len(ds) != 1 || len(ds[0].Tries) != 1 || ds[0].Tries[0].Error == nil {
 		t.Fatalf("deliveries %+v (%v)", ds, err)
 	}

@@ -50,8 +50,6 @@ type telemetry struct {
 	takeovers    metric.Int64Counter
 	purged       metric.Int64Counter
 	failovers    metric.Int64Counter
-	deliveries   metric.Int64Counter
-	breakerOpens metric.Int64Counter
 	holds        metric.Int64Counter
 	breakerState metric.Int64ObservableGauge
 
@@ -70,7 +68,7 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 	t := &telemetry{pending: otelx.Reading[PendingStats]{Every: pendingCacheFor, Timeout: pendingQueryTimeout, Read: s.Pending}}
 	var m metric.Meter
 	t.tracer, m = otelx.Instruments(InstrumentationName, tp, mp)
-	var errs [15]error
+	var errs [13]error
 	t.providerCall, errs[0] = m.Float64Histogram("payorch.provider_call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of provider calls by provider, operation and outcome (ok, declined, rejected, not_executed, unknown)."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -94,15 +92,11 @@ func newTelemetry(s *Service, tp trace.TracerProvider, mp metric.MeterProvider) 
 		}
 		return nil
 	}, t.breakerState)
-	t.deliveries, errs[10] = m.Int64Counter("payorch.webhook.deliveries", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Webhook delivery attempts by outcome: delivered (2xx), failed (to be retried), gave_up (retried for 3 days), unrecorded (recorded too late: its lease had been taken over, and the delivery is sent again)."))
-	t.breakerOpens, errs[14] = m.Int64Counter("payorch.webhook.endpoint_breaker_opens", metric.WithUnit("{open}"),
-		metric.WithDescription("Webhook endpoint breakers opened: an endpoint gave no answer (timeout, no connection) to 5 attempts in a row, or to the probe after a pause; its deliveries wait."))
-	t.webhookBacklog, errs[11] = m.Int64ObservableGauge("payorch.webhook.undelivered", metric.WithUnit("{delivery}"),
+	t.webhookBacklog, errs[10] = m.Int64ObservableGauge("payorch.webhook.undelivered", metric.WithUnit("{delivery}"),
 		metric.WithDescription("Webhook deliveries not yet delivered nor given up (whole database)."))
-	t.webhookOldest, errs[12] = m.Float64ObservableGauge("payorch.webhook.oldest_undelivered_age", metric.WithUnit("s"),
+	t.webhookOldest, errs[11] = m.Float64ObservableGauge("payorch.webhook.oldest_undelivered_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest webhook delivery not yet delivered nor given up; 0 when none."))
-	t.holds, errs[13] = m.Int64Counter("payorch.holds", metric.WithUnit("{hold}"),
+	t.holds, errs[12] = m.Int64Counter("payorch.holds", metric.WithUnit("{hold}"),
 		metric.WithDescription("What the hold sweeper did, by event: expiring (payment.hold_expiring sent), expired (a lapsed hold found and confirmed at the provider), extended (the provider's deadline was later), on_expiry_capture and on_expiry_cancel (the action started)."))
 	if s.pool != nil {
 		_, errs[6] = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -126,18 +120,6 @@ var breakerGauge = map[BreakerState]int64{BreakerClosed: 0, BreakerHalfOpen: 1, 
 // hold counts one thing the hold sweeper did.
 func (t *telemetry) hold(ctx context.Context, event string) {
 	t.holds.Add(ctx, 1, metric.WithAttributes(attribute.String("event", event)))
-}
-
-// delivered counts n webhook delivery attempts of an outcome.
-func (t *telemetry) delivered(outcome string, n int) {
-	t.deliveries.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("outcome", outcome)))
-}
-
-// breakerOpened counts n webhook endpoint breakers opened.
-func (t *telemetry) breakerOpened(n int) {
-	if n > 0 {
-		t.breakerOpens.Add(context.Background(), int64(n))
-	}
 }
 
 // failedOver counts a payment moved from one connector to the next.

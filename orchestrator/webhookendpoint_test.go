@@ -9,20 +9,21 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // webhookInput is a valid endpoint for every event.
-func webhookInput(types ...string) orchestrator.WebhookEndpointInput {
+func webhookInput(types ...string) webhooks.WebhookEndpointInput {
 	if len(types) == 0 {
 		types = []string{"*"}
 	}
-	return orchestrator.WebhookEndpointInput{URL: "https://example.com/hooks", EventTypes: types, Description: "test"}
+	return webhooks.WebhookEndpointInput{URL: "https://example.com/hooks", EventTypes: types, Description: "test"}
 }
 
 // endpoint creates an endpoint for e's tenant.
-func (e *moneyEnv) endpoint(t *testing.T, types ...string) orchestrator.WebhookEndpoint {
+func (e *moneyEnv) endpoint(t *testing.T, types ...string) webhooks.WebhookEndpoint {
 	t.Helper()
-	ep, err := e.svc.CreateWebhookEndpoint(context.Background(), e.tenant, webhookInput(types...), "key_test")
+	ep, err := e.hooks.CreateWebhookEndpoint(context.Background(), e.tenant, webhookInput(types...), "key_test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func (e *moneyEnv) endpoint(t *testing.T, types ...string) orchestrator.WebhookE
 // deliveryRows lists payment id's deliveries as "event type -> endpoint status".
 func (e *moneyEnv) deliveryRows(t *testing.T, paymentID string) []string {
 	t.Helper()
-	ds, err := e.svc.PaymentDeliveries(context.Background(), orchestrator.Scope{TenantID: e.tenant}, paymentID)
+	ds, err := e.hooks.PaymentDeliveries(context.Background(), orchestrator.Scope{TenantID: e.tenant}, paymentID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func (e *moneyEnv) deliveryRows(t *testing.T, paymentID string) []string {
 func TestWebhookEndpointValidation(t *testing.T) {
 	t.Parallel()
 	w := newMoneyWorld(t, 0)
-	private := newConnectorWorld(t, 0, func(c *orchestrator.Config) { c.WebhookAllowPrivate = true }, "fake")
+	private := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate)
 	long := "https://example.com/" + strings.Repeat("a", 2048)
 	types := func(ts ...string) []string { return ts }
 	many := make([]string, 21)
@@ -58,58 +59,58 @@ func TestWebhookEndpointValidation(t *testing.T) {
 		many[i] = "*"
 	}
 	for name, c := range map[string]struct {
-		in           orchestrator.WebhookEndpointInput
+		in           webhooks.WebhookEndpointInput
 		allowPrivate bool
 		staff        bool   // a staff endpoint (tenant 0), not tenant 1's
 		param        string // "" when valid
 	}{
 		"Valid":                       {in: webhookInput()},
 		"ValidTypes":                  {in: webhookInput("payment.captured", "payment.refunded", "webhook_endpoint.disabled")},
-		"ValidPort":                   {in: orchestrator.WebhookEndpointInput{URL: "https://hooks.example.com:8443/a?b=c", EventTypes: types("*")}},
-		"MissingURL":                  {in: orchestrator.WebhookEndpointInput{EventTypes: types("*")}, param: "url"},
-		"RelativeURL":                 {in: orchestrator.WebhookEndpointInput{URL: "/hooks", EventTypes: types("*")}, param: "url"},
-		"FTP":                         {in: orchestrator.WebhookEndpointInput{URL: "ftp://example.com/", EventTypes: types("*")}, param: "url"},
-		"HTTPRefused":                 {in: orchestrator.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, param: "url"},
-		"HTTPAllowed":                 {in: orchestrator.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, allowPrivate: true},
-		"NoHost":                      {in: orchestrator.WebhookEndpointInput{URL: "https:///hooks", EventTypes: types("*")}, param: "url"},
-		"Opaque":                      {in: orchestrator.WebhookEndpointInput{URL: "https:example.com", EventTypes: types("*")}, param: "url"},
-		"UserInfo":                    {in: orchestrator.WebhookEndpointInput{URL: "https://u:p@example.com/", EventTypes: types("*")}, param: "url"},
-		"Fragment":                    {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/#x", EventTypes: types("*")}, param: "url"},
-		"EmptyFragment":               {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/#", EventTypes: types("*")}, param: "url"},
-		"TooLong":                     {in: orchestrator.WebhookEndpointInput{URL: long, EventTypes: types("*")}, param: "url"},
-		"Localhost":                   {in: orchestrator.WebhookEndpointInput{URL: "https://localhost:8443/", EventTypes: types("*")}, param: "url"},
-		"SubLocalhost":                {in: orchestrator.WebhookEndpointInput{URL: "https://a.LOCALHOST./", EventTypes: types("*")}, param: "url"},
-		"Loopback":                    {in: orchestrator.WebhookEndpointInput{URL: "https://127.0.0.1/", EventTypes: types("*")}, param: "url"},
-		"Private10":                   {in: orchestrator.WebhookEndpointInput{URL: "https://10.1.2.3/", EventTypes: types("*")}, param: "url"},
-		"Private192":                  {in: orchestrator.WebhookEndpointInput{URL: "https://192.168.0.1/", EventTypes: types("*")}, param: "url"},
-		"LinkLocalMetadata":           {in: orchestrator.WebhookEndpointInput{URL: "https://169.254.169.254/", EventTypes: types("*")}, param: "url"},
-		"Unspecified":                 {in: orchestrator.WebhookEndpointInput{URL: "https://0.0.0.0/", EventTypes: types("*")}, param: "url"},
-		"IPv6Loopback":                {in: orchestrator.WebhookEndpointInput{URL: "https://[::1]:8443/", EventTypes: types("*")}, param: "url"},
-		"IPv6Mapped":                  {in: orchestrator.WebhookEndpointInput{URL: "https://[::ffff:127.0.0.1]/", EventTypes: types("*")}, param: "url"},
-		"IPv6ULA":                     {in: orchestrator.WebhookEndpointInput{URL: "https://[fd00::1]/", EventTypes: types("*")}, param: "url"},
-		"SharedAddressSpace":          {in: orchestrator.WebhookEndpointInput{URL: "https://100.100.100.200/", EventTypes: types("*")}, param: "url"},
-		"NAT64Metadata":               {in: orchestrator.WebhookEndpointInput{URL: "https://[64:ff9b::a9fe:a9fe]/", EventTypes: types("*")}, param: "url"},
-		"LoopbackAllowed":             {in: orchestrator.WebhookEndpointInput{URL: "http://127.0.0.1:9000/", EventTypes: types("*")}, allowPrivate: true},
-		"PublicAddress":               {in: orchestrator.WebhookEndpointInput{URL: "https://93.184.216.34/", EventTypes: types("*")}},
-		"NoTypes":                     {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/"}, param: "event_types"},
-		"TooManyTypes":                {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: many}, param: "event_types"},
+		"ValidPort":                   {in: webhooks.WebhookEndpointInput{URL: "https://hooks.example.com:8443/a?b=c", EventTypes: types("*")}},
+		"MissingURL":                  {in: webhooks.WebhookEndpointInput{EventTypes: types("*")}, param: "url"},
+		"RelativeURL":                 {in: webhooks.WebhookEndpointInput{URL: "/hooks", EventTypes: types("*")}, param: "url"},
+		"FTP":                         {in: webhooks.WebhookEndpointInput{URL: "ftp://example.com/", EventTypes: types("*")}, param: "url"},
+		"HTTPRefused":                 {in: webhooks.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, param: "url"},
+		"HTTPAllowed":                 {in: webhooks.WebhookEndpointInput{URL: "http://example.com/", EventTypes: types("*")}, allowPrivate: true},
+		"NoHost":                      {in: webhooks.WebhookEndpointInput{URL: "https:///hooks", EventTypes: types("*")}, param: "url"},
+		"Opaque":                      {in: webhooks.WebhookEndpointInput{URL: "https:example.com", EventTypes: types("*")}, param: "url"},
+		"UserInfo":                    {in: webhooks.WebhookEndpointInput{URL: "https://u:p@example.com/", EventTypes: types("*")}, param: "url"},
+		"Fragment":                    {in: webhooks.WebhookEndpointInput{URL: "https://example.com/#x", EventTypes: types("*")}, param: "url"},
+		"EmptyFragment":               {in: webhooks.WebhookEndpointInput{URL: "https://example.com/#", EventTypes: types("*")}, param: "url"},
+		"TooLong":                     {in: webhooks.WebhookEndpointInput{URL: long, EventTypes: types("*")}, param: "url"},
+		"Localhost":                   {in: webhooks.WebhookEndpointInput{URL: "https://localhost:8443/", EventTypes: types("*")}, param: "url"},
+		"SubLocalhost":                {in: webhooks.WebhookEndpointInput{URL: "https://a.LOCALHOST./", EventTypes: types("*")}, param: "url"},
+		"Loopback":                    {in: webhooks.WebhookEndpointInput{URL: "https://127.0.0.1/", EventTypes: types("*")}, param: "url"},
+		"Private10":                   {in: webhooks.WebhookEndpointInput{URL: "https://10.1.2.3/", EventTypes: types("*")}, param: "url"},
+		"Private192":                  {in: webhooks.WebhookEndpointInput{URL: "https://192.168.0.1/", EventTypes: types("*")}, param: "url"},
+		"LinkLocalMetadata":           {in: webhooks.WebhookEndpointInput{URL: "https://169.254.169.254/", EventTypes: types("*")}, param: "url"},
+		"Unspecified":                 {in: webhooks.WebhookEndpointInput{URL: "https://0.0.0.0/", EventTypes: types("*")}, param: "url"},
+		"IPv6Loopback":                {in: webhooks.WebhookEndpointInput{URL: "https://[::1]:8443/", EventTypes: types("*")}, param: "url"},
+		"IPv6Mapped":                  {in: webhooks.WebhookEndpointInput{URL: "https://[::ffff:127.0.0.1]/", EventTypes: types("*")}, param: "url"},
+		"IPv6ULA":                     {in: webhooks.WebhookEndpointInput{URL: "https://[fd00::1]/", EventTypes: types("*")}, param: "url"},
+		"SharedAddressSpace":          {in: webhooks.WebhookEndpointInput{URL: "https://100.100.100.200/", EventTypes: types("*")}, param: "url"},
+		"NAT64Metadata":               {in: webhooks.WebhookEndpointInput{URL: "https://[64:ff9b::a9fe:a9fe]/", EventTypes: types("*")}, param: "url"},
+		"LoopbackAllowed":             {in: webhooks.WebhookEndpointInput{URL: "http://127.0.0.1:9000/", EventTypes: types("*")}, allowPrivate: true},
+		"PublicAddress":               {in: webhooks.WebhookEndpointInput{URL: "https://93.184.216.34/", EventTypes: types("*")}},
+		"NoTypes":                     {in: webhooks.WebhookEndpointInput{URL: "https://example.com/"}, param: "event_types"},
+		"TooManyTypes":                {in: webhooks.WebhookEndpointInput{URL: "https://example.com/", EventTypes: many}, param: "event_types"},
 		"UnknownType":                 {in: webhookInput("payment.captured", "payment.exploded"), param: "event_types[1]"},
 		"RepeatedType":                {in: webhookInput("payment.captured", "payment.captured"), param: "event_types[1]"},
-		"DescriptionTooLong":          {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 201)}, param: "description"},
-		"DescriptionAtTheLimit":       {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 200)}},
-		"DescriptionNUL":              {in: orchestrator.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: "a\x00b"}, param: "description"},
+		"DescriptionTooLong":          {in: webhooks.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 201)}, param: "description"},
+		"DescriptionAtTheLimit":       {in: webhooks.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: strings.Repeat("é", 200)}},
+		"DescriptionNUL":              {in: webhooks.WebhookEndpointInput{URL: "https://example.com/", EventTypes: types("*"), Description: "a\x00b"}, param: "description"},
 		"MerchantWantsReconciliation": {in: webhookInput("payment.captured", "reconciliation.run.completed"), param: "event_types[1]"},
 		"MerchantWantsRunFailures":    {in: webhookInput("reconciliation.run.failed"), param: "event_types[0]"},
 		"StaffAll":                    {in: webhookInput(), staff: true},
 		"StaffReconciliation": {in: webhookInput("reconciliation.run.completed", "reconciliation.run.failed", "webhook_endpoint.disabled"),
 			staff: true},
 		"StaffWantsPayments": {in: webhookInput("reconciliation.run.completed", "payment.captured"), staff: true, param: "event_types[1]"},
-		"StaffURLChecked":    {in: orchestrator.WebhookEndpointInput{URL: "https://10.0.0.1/", EventTypes: types("*")}, staff: true, param: "url"},
+		"StaffURLChecked":    {in: webhooks.WebhookEndpointInput{URL: "https://10.0.0.1/", EventTypes: types("*")}, staff: true, param: "url"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			svc := w.svc
+			svc := w.hooks
 			if c.allowPrivate {
-				svc = private.svc
+				svc = private.hooks
 			}
 			owner := int64(1)
 			if c.staff {
@@ -143,18 +144,18 @@ func TestWebhookEndpoints(t *testing.T) {
 		if !strings.HasPrefix(ep.Secret, "whsec_") || len(ep.Secret) != len("whsec_")+43 {
 			t.Fatalf("secret %q", ep.Secret)
 		}
-		if ep.Object != "webhook_endpoint" || !ep.Enabled || ep.TenantID == nil || *ep.TenantID != e.tenant || !orchestrator.ValidWebhookEndpointID(ep.ID) {
+		if ep.Object != "webhook_endpoint" || !ep.Enabled || ep.TenantID == nil || *ep.TenantID != e.tenant || !webhooks.ValidWebhookEndpointID(ep.ID) {
 			t.Fatalf("created %+v", ep)
 		}
-		list, err := e.svc.ListWebhookEndpoints(ctx, sc)
+		list, err := e.hooks.ListWebhookEndpoints(ctx, sc)
 		if err != nil || len(list) != 1 || list[0].ID != ep.ID {
 			t.Fatalf("list: %+v %v", list, err)
 		}
-		got, err := e.svc.GetWebhookEndpoint(ctx, sc, ep.ID)
+		got, err := e.hooks.GetWebhookEndpoint(ctx, sc, ep.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, read := range []orchestrator.WebhookEndpoint{list[0], got} {
+		for _, read := range []webhooks.WebhookEndpoint{list[0], got} {
 			b, _ := json.Marshal(read)
 			if read.Secret != "" || strings.Contains(string(b), "secret") || strings.Contains(string(b), ep.Secret) {
 				t.Fatalf("a read shows the secret: %s", b)
@@ -165,19 +166,19 @@ func TestWebhookEndpoints(t *testing.T) {
 		sameJSON(t, "read endpoint", got, want)
 		// Another tenant sees nothing of it.
 		other := orchestrator.Scope{TenantID: e.tenant + 1000}
-		if _, err := e.svc.GetWebhookEndpoint(ctx, other, ep.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := e.hooks.GetWebhookEndpoint(ctx, other, ep.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("another tenant's read: %v", err)
 		}
 		for name, do := range map[string]func() error{
-			"rotate": func() error { _, err := e.svc.RotateWebhookSecret(ctx, other, ep.ID); return err },
-			"update": func() error { _, err := e.svc.UpdateWebhookEndpoint(ctx, other, ep.ID, false); return err },
-			"delete": func() error { _, err := e.svc.DeleteWebhookEndpoint(ctx, other, ep.ID); return err },
+			"rotate": func() error { _, err := e.hooks.RotateWebhookSecret(ctx, other, ep.ID); return err },
+			"update": func() error { _, err := e.hooks.UpdateWebhookEndpoint(ctx, other, ep.ID, false); return err },
+			"delete": func() error { _, err := e.hooks.DeleteWebhookEndpoint(ctx, other, ep.ID); return err },
 		} {
 			if err := do(); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 				t.Fatalf("another tenant's %s: %v", name, err)
 			}
 		}
-		if l, _ := e.svc.ListWebhookEndpoints(ctx, other); len(l) != 0 {
+		if l, _ := e.hooks.ListWebhookEndpoints(ctx, other); len(l) != 0 {
 			t.Fatalf("another tenant lists %+v", l)
 		}
 	})
@@ -190,8 +191,8 @@ func TestWebhookEndpoints(t *testing.T) {
 		if _, err := e.svc.Pool().Exec(ctx, `UPDATE webhook_endpoints SET failing_since = now() WHERE id = $1`, ep.ID); err != nil {
 			t.Fatal(err)
 		}
-		off, err := e.svc.UpdateWebhookEndpoint(ctx, sc, ep.ID, false)
-		if err != nil || off.Enabled || off.DisabledReason == nil || *off.DisabledReason != orchestrator.DisabledByOwner || off.Secret != "" {
+		off, err := e.hooks.UpdateWebhookEndpoint(ctx, sc, ep.ID, false)
+		if err != nil || off.Enabled || off.DisabledReason == nil || *off.DisabledReason != webhooks.DisabledByOwner || off.Secret != "" {
 			t.Fatalf("disabled: %+v %v", off, err)
 		}
 		// A disabled endpoint gets no deliveries.
@@ -199,7 +200,7 @@ func TestWebhookEndpoints(t *testing.T) {
 		if rows := e.deliveryRows(t, p.ID); len(rows) != 0 {
 			t.Fatalf("a disabled endpoint got deliveries: %q", rows)
 		}
-		on, err := e.svc.UpdateWebhookEndpoint(ctx, sc, ep.ID, true)
+		on, err := e.hooks.UpdateWebhookEndpoint(ctx, sc, ep.ID, true)
 		if err != nil || !on.Enabled || on.DisabledReason != nil || on.FailingSince != nil {
 			t.Fatalf("enabled: %+v %v", on, err)
 		}
@@ -208,13 +209,13 @@ func TestWebhookEndpoints(t *testing.T) {
 	t.Run("AtMost20PerTenant", func(t *testing.T) {
 		t.Parallel()
 		e := shared.newTenant(t)
-		var last orchestrator.WebhookEndpoint
-		for range orchestrator.MaxWebhookEndpoints {
+		var last webhooks.WebhookEndpoint
+		for range webhooks.MaxWebhookEndpoints {
 			last = e.endpoint(t)
 		}
-		_, err := e.svc.CreateWebhookEndpoint(ctx, e.tenant, webhookInput(), "key_test")
+		_, err := e.hooks.CreateWebhookEndpoint(ctx, e.tenant, webhookInput(), "key_test")
 		wantRefusal(t, err, orchestrator.CodeConflict, "")
-		if _, err := e.svc.DeleteWebhookEndpoint(ctx, orchestrator.Scope{TenantID: e.tenant}, last.ID); err != nil {
+		if _, err := e.hooks.DeleteWebhookEndpoint(ctx, orchestrator.Scope{TenantID: e.tenant}, last.ID); err != nil {
 			t.Fatal(err)
 		}
 		e.endpoint(t) // a deleted one does not count
@@ -253,7 +254,7 @@ func TestWebhookEndpoints(t *testing.T) {
 		if n := len(e.deliveryRows(t, before.ID)); n != 2 {
 			t.Fatalf("%d deliveries before the delete, want 2", n)
 		}
-		del, err := e.svc.DeleteWebhookEndpoint(ctx, sc, ep.ID)
+		del, err := e.hooks.DeleteWebhookEndpoint(ctx, sc, ep.ID)
 		if err != nil || !del.Deleted || del.Enabled || del.Secret != "" {
 			t.Fatalf("delete: %+v %v", del, err)
 		}
@@ -267,13 +268,13 @@ func TestWebhookEndpoints(t *testing.T) {
 		if n := e.count(t, `SELECT count(*) FROM webhook_deliveries d JOIN events ev ON ev.id = d.event_id WHERE ev.payment_id = $1`, after.ID); n != 0 {
 			t.Fatalf("%d deliveries to a deleted endpoint", n)
 		}
-		if _, err := e.svc.GetWebhookEndpoint(ctx, sc, ep.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := e.hooks.GetWebhookEndpoint(ctx, sc, ep.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("get after delete: %v", err)
 		}
-		if _, err := e.svc.DeleteWebhookEndpoint(ctx, sc, ep.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := e.hooks.DeleteWebhookEndpoint(ctx, sc, ep.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("second delete: %v", err)
 		}
-		if l, _ := e.svc.ListWebhookEndpoints(ctx, sc); len(l) != 0 {
+		if l, _ := e.hooks.ListWebhookEndpoints(ctx, sc); len(l) != 0 {
 			t.Fatalf("listed after delete: %+v", l)
 		}
 	})
@@ -295,7 +296,7 @@ func TestWebhookEndpoints(t *testing.T) {
 		if _, err := e.svc.Pool().Exec(ctx, `UPDATE webhook_deliveries SET attempts = 2 WHERE event_id = $1`, authorized.ID); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := e.svc.EventDeliveries(ctx, sc, authorized.ID)
+		ds, err := e.hooks.EventDeliveries(ctx, sc, authorized.ID)
 		if err != nil || len(ds) != 1 {
 			t.Fatalf("deliveries %+v %v", ds, err)
 		}
@@ -310,10 +311,10 @@ func TestWebhookEndpoints(t *testing.T) {
 			t.Fatalf("second try %+v", tr)
 		}
 		// The first event went to no endpoint; another tenant sees none.
-		if ds, err := e.svc.EventDeliveries(ctx, sc, evs[0].ID); err != nil || len(ds) != 0 {
+		if ds, err := e.hooks.EventDeliveries(ctx, sc, evs[0].ID); err != nil || len(ds) != 0 {
 			t.Fatalf("first event: %+v %v", ds, err)
 		}
-		if _, err := e.svc.EventDeliveries(ctx, orchestrator.Scope{TenantID: e.tenant + 1000}, authorized.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := e.hooks.EventDeliveries(ctx, orchestrator.Scope{TenantID: e.tenant + 1000}, authorized.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("another tenant: %v", err)
 		}
 	})
@@ -335,10 +336,10 @@ func TestWebhookEndpoints(t *testing.T) {
 		later := e.endpoint(t, "payment.authorized")
 		_ = e.endpoint(t, "payment.captured")
 		gone := e.endpoint(t)
-		if _, err := e.svc.DeleteWebhookEndpoint(ctx, sc, gone.ID); err != nil {
+		if _, err := e.hooks.DeleteWebhookEndpoint(ctx, sc, gone.ID); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := e.svc.RedeliverEvent(ctx, sc, ev.ID)
+		ds, err := e.hooks.RedeliverEvent(ctx, sc, ev.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +356,7 @@ func TestWebhookEndpoints(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("redelivered %q, want %q", got, want)
 		}
-		if _, err := e.svc.RedeliverEvent(ctx, orchestrator.Scope{TenantID: e.tenant + 1000}, ev.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := e.hooks.RedeliverEvent(ctx, orchestrator.Scope{TenantID: e.tenant + 1000}, ev.ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("another tenant's redeliver: %v", err)
 		}
 	})
@@ -370,7 +371,7 @@ func TestWebhookSecretRotation(t *testing.T) {
 	sc := orchestrator.Scope{TenantID: e.tenant}
 	ep := e.endpoint(t)
 	e.clk.Add(time.Hour)
-	rotated, err := e.svc.RotateWebhookSecret(ctx, sc, ep.ID)
+	rotated, err := e.hooks.RotateWebhookSecret(ctx, sc, ep.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +387,7 @@ func TestWebhookSecretRotation(t *testing.T) {
 	if secret != rotated.Secret || previous != ep.Secret || !until.Equal(moneyStart.Add(time.Hour+24*time.Hour)) {
 		t.Fatalf("stored secret %q previous %q until %s", secret, previous, until)
 	}
-	if got, _ := e.svc.GetWebhookEndpoint(ctx, sc, ep.ID); got.Secret != "" {
+	if got, _ := e.hooks.GetWebhookEndpoint(ctx, sc, ep.ID); got.Secret != "" {
 		t.Fatal("a read after rotation shows the secret")
 	}
 }
@@ -401,21 +402,21 @@ func TestWebhookStaffEndpoints(t *testing.T) {
 	ctx := context.Background()
 	staff, merchant, support := orchestrator.Scope{Staff: true}, orchestrator.Scope{TenantID: e.tenant}, orchestrator.Scope{}
 	mine := e.endpoint(t)
-	runs, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput("reconciliation.run.completed"), "key_finance")
+	runs, err := e.hooks.CreateWebhookEndpoint(ctx, 0, webhookInput("reconciliation.run.completed"), "key_finance")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if runs.TenantID != nil || runs.Secret == "" {
 		t.Fatalf("staff endpoint %+v", runs)
 	}
-	all, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance")
+	all, err := e.hooks.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance")
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	ids := func(sc orchestrator.Scope) []string {
 		t.Helper()
-		eps, err := e.svc.ListWebhookEndpoints(ctx, sc)
+		eps, err := e.hooks.ListWebhookEndpoints(ctx, sc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,20 +441,20 @@ func TestWebhookStaffEndpoints(t *testing.T) {
 		id  string
 	}{{"merchant", merchant, runs.ID}, {"support", support, runs.ID}, {"staff", staff, mine.ID}} {
 		for name, do := range map[string]func() error{
-			"get":    func() error { _, err := e.svc.GetWebhookEndpoint(ctx, c.sc, c.id); return err },
-			"rotate": func() error { _, err := e.svc.RotateWebhookSecret(ctx, c.sc, c.id); return err },
-			"update": func() error { _, err := e.svc.UpdateWebhookEndpoint(ctx, c.sc, c.id, false); return err },
-			"delete": func() error { _, err := e.svc.DeleteWebhookEndpoint(ctx, c.sc, c.id); return err },
+			"get":    func() error { _, err := e.hooks.GetWebhookEndpoint(ctx, c.sc, c.id); return err },
+			"rotate": func() error { _, err := e.hooks.RotateWebhookSecret(ctx, c.sc, c.id); return err },
+			"update": func() error { _, err := e.hooks.UpdateWebhookEndpoint(ctx, c.sc, c.id, false); return err },
+			"delete": func() error { _, err := e.hooks.DeleteWebhookEndpoint(ctx, c.sc, c.id); return err },
 		} {
 			if err := do(); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 				t.Fatalf("%s %s of another's endpoint: %v", c.who, name, err)
 			}
 		}
 	}
-	if off, err := e.svc.UpdateWebhookEndpoint(ctx, staff, runs.ID, false); err != nil || off.Enabled {
+	if off, err := e.hooks.UpdateWebhookEndpoint(ctx, staff, runs.ID, false); err != nil || off.Enabled {
 		t.Fatalf("staff disables its endpoint: %+v %v", off, err)
 	}
-	if rot, err := e.svc.RotateWebhookSecret(ctx, staff, runs.ID); err != nil || rot.Secret == "" || rot.Secret == runs.Secret {
+	if rot, err := e.hooks.RotateWebhookSecret(ctx, staff, runs.ID); err != nil || rot.Secret == "" || rot.Secret == runs.Secret {
 		t.Fatalf("staff rotates its endpoint: %+v %v", rot, err)
 	}
 
@@ -465,18 +466,18 @@ func TestWebhookStaffEndpoints(t *testing.T) {
 	}
 
 	// Staff have 20 endpoints too, whatever the tenants have.
-	for range orchestrator.MaxWebhookEndpoints - 2 {
-		if _, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance"); err != nil {
+	for range webhooks.MaxWebhookEndpoints - 2 {
+		if _, err := e.hooks.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance")
+	_, err = e.hooks.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance")
 	wantRefusal(t, err, orchestrator.CodeConflict, "")
 	e.endpoint(t) // the tenant's count is its own
-	if _, err := e.svc.DeleteWebhookEndpoint(ctx, staff, all.ID); err != nil {
+	if _, err := e.hooks.DeleteWebhookEndpoint(ctx, staff, all.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance"); err != nil {
+	if _, err := e.hooks.CreateWebhookEndpoint(ctx, 0, webhookInput(), "key_finance"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/internal/testkit"
-	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // tarpit is an endpoint that accepts connections and never answers.
@@ -81,7 +81,7 @@ func (e *moneyEnv) pendingPayments(t *testing.T, prefix string, n int) {
 
 // runDeliveryWorker runs svc's delivery passes as `serve` does (back to
 // back while they find work, else every 100 ms) until the test ends.
-func runDeliveryWorker(t *testing.T, svc *orchestrator.Service) {
+func runDeliveryWorker(t *testing.T, svc *webhooks.Service) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -121,7 +121,7 @@ func waitWithin(t *testing.T, timeout time.Duration, what string, cond func() bo
 // production.
 func TestWebhookTarpitDoesNotDelayOtherTenants(t *testing.T) {
 	t.Parallel()
-	a := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+	a := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate).newTenant(t)
 	b := a.otherTenant(t, "b")
 	tp := newTarpit(t)
 	tarpitID := a.rawEndpoint(t, tp.url, "whsec_tarpit", "*")
@@ -129,7 +129,7 @@ func TestWebhookTarpitDoesNotDelayOtherTenants(t *testing.T) {
 	rcv := newReceiver(t)
 	b.rawEndpoint(t, rcv.URL, "whsec_b", "payment.authorized")
 
-	runDeliveryWorker(t, a.svc)
+	runDeliveryWorker(t, a.hooks)
 	waitWithin(t, 10*time.Second, "the tarpit gets a connection", func() bool { return tp.accepted.Load() > 0 })
 
 	a.clk.Add(time.Second) // B's event is due after every one of A's
@@ -145,12 +145,12 @@ func TestWebhookTarpitDoesNotDelayOtherTenants(t *testing.T) {
 	})
 	t.Logf("tenant B's event delivered %v after it was due; the tarpit got %d connections", time.Since(due),
 		tp.accepted.Load())
-	if n := tp.accepted.Load(); n > orchestrator.DefaultWebhookSenders/4 {
+	if n := tp.accepted.Load(); n > webhooks.DefaultWebhookSenders/4 {
 		t.Fatalf("the tarpit holds %d senders at once", n)
 	}
 
-	want := fmt.Sprintf("no answer within %s", orchestrator.WebhookTimeout)
-	waitWithin(t, orchestrator.WebhookTimeout+20*time.Second, "the tarpit's attempts recorded", func() bool {
+	want := fmt.Sprintf("no answer within %s", webhooks.WebhookTimeout)
+	waitWithin(t, webhooks.WebhookTimeout+20*time.Second, "the tarpit's attempts recorded", func() bool {
 		return a.count(t, `SELECT count(*) FROM webhook_delivery_attempts WHERE endpoint_id = $1 AND error = $2`,
 			tarpitID, want) > 0
 	})
@@ -167,9 +167,9 @@ func TestWebhookTarpitDoesNotDelayOtherTenants(t *testing.T) {
 func TestWebhookEndpointBreaker(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
-	a := newConnectorWorld(t, 0, func(c *orchestrator.Config) {
-		c.WebhookAllowPrivate, c.WebhookSenders, c.WebhookTimeout = true, 4, timeout
-	}, "fake").newTenant(t)
+	a := newConnectorWorld(t, 0, nil, "fake").withHooks(func(c *webhooks.Config) {
+		c.AllowPrivate, c.Senders, c.Timeout = true, 4, timeout
+	}).newTenant(t)
 	b := a.otherTenant(t, "b")
 	var answering atomic.Bool
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

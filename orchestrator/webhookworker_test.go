@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
@@ -80,17 +81,17 @@ func (e *moneyEnv) rawEndpoint(t *testing.T, url, secret string, types ...string
 }
 
 // deliver runs one delivery pass.
-func (e *moneyEnv) deliver(t *testing.T) orchestrator.DeliveryStats {
+func (e *moneyEnv) deliver(t *testing.T) webhooks.DeliveryStats {
 	t.Helper()
-	st, err := e.svc.DeliverWebhooks(context.Background())
+	st, err := e.hooks.DeliverWebhooks(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
-// allowPrivate lets the world's Service deliver to loopback receivers.
-func allowPrivate(c *orchestrator.Config) { c.WebhookAllowPrivate = true }
+// allowPrivate lets the world's webhooks deliver to loopback receivers.
+func allowPrivate(c *webhooks.Config) { c.AllowPrivate = true }
 
 func TestWebhookDelivery(t *testing.T) {
 	t.Parallel()
@@ -99,7 +100,7 @@ func TestWebhookDelivery(t *testing.T) {
 	// each retry due by the schedule, every one signed.
 	t.Run("RetriesOnTheScheduleUntilDelivered", func(t *testing.T) {
 		t.Parallel()
-		e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+		e := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate).newTenant(t)
 		rcv := newReceiver(t, 500, 500, 500)
 		const secret = "whsec_retry"
 		e.rawEndpoint(t, rcv.URL, secret, "payment.authorized")
@@ -177,7 +178,7 @@ func TestWebhookDelivery(t *testing.T) {
 	// During a rotation both secrets sign; after it, the new one alone.
 	t.Run("RotationSignsWithBothSecrets", func(t *testing.T) {
 		t.Parallel()
-		e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+		e := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate).newTenant(t)
 		rcv := newReceiver(t)
 		id := e.rawEndpoint(t, rcv.URL, "whsec_new", "payment.authorized")
 		if _, err := e.svc.Pool().Exec(context.Background(), `UPDATE webhook_endpoints SET previous_secret = 'whsec_old',
@@ -224,7 +225,7 @@ func TestWebhookDelivery(t *testing.T) {
 			t.Fatalf("attempt error %q (%v)", errText, err)
 		}
 
-		e2 := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+		e2 := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate).newTenant(t)
 		redirecting := newReceiver(t, http.StatusFound)
 		e2.rawEndpoint(t, redirecting.URL, "whsec_r", "payment.pending")
 		e2.authorized(t, "w3", 1000)
@@ -240,7 +241,7 @@ func TestWebhookDelivery(t *testing.T) {
 	// disabled, and an event says so to the tenant's other endpoints.
 	t.Run("AnEndpointFailingThreeDaysIsDisabled", func(t *testing.T) {
 		t.Parallel()
-		e := newConnectorWorld(t, 0, allowPrivate, "fake").newTenant(t)
+		e := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate).newTenant(t)
 		failing := newReceiver(t, slices.Repeat([]int{503}, 100)...)
 		healthy := newReceiver(t)
 		id := e.rawEndpoint(t, failing.URL, "whsec_f", "payment.authorized")
@@ -273,7 +274,7 @@ func TestWebhookDelivery(t *testing.T) {
 	// Three instances deliver 1,000 events together: each exactly once.
 	t.Run("ThreeInstancesDeliverEachEventOnce", func(t *testing.T) {
 		t.Parallel()
-		w := newConnectorWorld(t, 0, allowPrivate, "fake")
+		w := newConnectorWorld(t, 0, nil, "fake").withHooks(allowPrivate)
 		e := w.newTenant(t)
 		rcv := newReceiver(t)
 		e.rawEndpoint(t, rcv.URL, "whsec_m", "*")
@@ -288,9 +289,9 @@ func TestWebhookDelivery(t *testing.T) {
 			FROM generate_series(1, 998) i`, e.tenant, w.clk.Now()); err != nil {
 			t.Fatal(err)
 		}
-		instances := []*orchestrator.Service{w.svc,
-			orchestrator.NewService(orchestrator.Config{Pool: w.svc.Pool(), Clock: w.clk.Now, WebhookAllowPrivate: true}),
-			orchestrator.NewService(orchestrator.Config{Pool: w.svc.Pool(), Clock: w.clk.Now, WebhookAllowPrivate: true})}
+		instances := []*webhooks.Service{w.hooks,
+			webhooks.New(webhooks.Config{Pool: w.svc.Pool(), Clock: w.clk.Now, AllowPrivate: true}),
+			webhooks.New(webhooks.Config{Pool: w.svc.Pool(), Clock: w.clk.Now, AllowPrivate: true})}
 		var wg sync.WaitGroup
 		for _, svc := range instances {
 			wg.Go(func() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -59,18 +60,19 @@ func TestReconciliationRunEvents(t *testing.T) {
 	if err := e.fc.Drift(ctx, fake.Drift{Kind: fake.DriftDrop, Ref: *dropped.ProviderRef}); err != nil {
 		t.Fatal(err)
 	}
-	in := func(types ...string) orchestrator.WebhookEndpointInput {
-		return orchestrator.WebhookEndpointInput{URL: "https://example.com/hooks", EventTypes: types}
+	in := func(types ...string) webhooks.WebhookEndpointInput {
+		return webhooks.WebhookEndpointInput{URL: "https://example.com/hooks", EventTypes: types}
 	}
-	merchantEP, err := e.svc.CreateWebhookEndpoint(ctx, e.tenant, in("*"), "key_merchant")
+	hooks := webhooks.New(webhooks.Config{Pool: e.pool, Clock: e.clk.Now})
+	merchantEP, err := hooks.CreateWebhookEndpoint(ctx, e.tenant, in("*"), "key_merchant")
 	if err != nil {
 		t.Fatal(err)
 	}
-	allEP, err := e.svc.CreateWebhookEndpoint(ctx, 0, in("*"), "key_finance")
+	allEP, err := hooks.CreateWebhookEndpoint(ctx, 0, in("*"), "key_finance")
 	if err != nil {
 		t.Fatal(err)
 	}
-	failuresEP, err := e.svc.CreateWebhookEndpoint(ctx, 0, in("reconciliation.run.failed"), "key_finance")
+	failuresEP, err := hooks.CreateWebhookEndpoint(ctx, 0, in("reconciliation.run.failed"), "key_finance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,15 +210,16 @@ func TestReconciliationRunEventDelivery(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(recv.Close)
-	svc := orchestrator.NewService(orchestrator.Config{Pool: e.pool, Clock: e.clk.Now, WebhookAllowPrivate: true})
-	ep, err := svc.CreateWebhookEndpoint(ctx, 0, orchestrator.WebhookEndpointInput{URL: recv.URL,
+	svc := orchestrator.NewService(orchestrator.Config{Pool: e.pool, Clock: e.clk.Now})
+	hooks := webhooks.New(webhooks.Config{Pool: e.pool, Clock: e.clk.Now, AllowPrivate: true})
+	ep, err := hooks.CreateWebhookEndpoint(ctx, 0, webhooks.WebhookEndpointInput{URL: recv.URL,
 		EventTypes: []string{"reconciliation.run.completed"}}, "key_finance")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.pay(t, 1000, "EUR", "")
 	run, _ := e.run(t)
-	st, err := svc.DeliverWebhooks(ctx)
+	st, err := hooks.DeliverWebhooks(ctx)
 	if err != nil || st.Delivered != 1 {
 		t.Fatalf("delivered %+v %v", st, err)
 	}
@@ -251,22 +254,22 @@ func TestReconciliationRunEventDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	staff := orchestrator.Scope{Staff: true}
-	ds, err := svc.EventDeliveries(ctx, staff, evID)
+	ds, err := hooks.EventDeliveries(ctx, staff, evID)
 	if err != nil || len(ds) != 1 || ds[0].EndpointID != ep.ID || ds[0].Status != "delivered" || len(ds[0].Tries) != 1 {
 		t.Fatalf("finance reads deliveries %+v %v", ds, err)
 	}
-	ds, err = svc.RedeliverEvent(ctx, staff, evID)
+	ds, err = hooks.RedeliverEvent(ctx, staff, evID)
 	if err != nil || len(ds) != 1 || ds[0].Status != "pending" {
 		t.Fatalf("finance redelivers %+v %v", ds, err)
 	}
-	if st, err := svc.DeliverWebhooks(ctx); err != nil || st.Delivered != 1 {
+	if st, err := hooks.DeliverWebhooks(ctx); err != nil || st.Delivered != 1 {
 		t.Fatalf("redelivered %+v %v", st, err)
 	}
 	for who, sc := range map[string]orchestrator.Scope{"merchant": {TenantID: e.tenant}, "support": {}} {
-		if _, err := svc.EventDeliveries(ctx, sc, evID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := hooks.EventDeliveries(ctx, sc, evID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("%s reads a staff event's deliveries: %v", who, err)
 		}
-		if _, err := svc.RedeliverEvent(ctx, sc, evID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+		if _, err := hooks.RedeliverEvent(ctx, sc, evID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 			t.Fatalf("%s redelivers a staff event: %v", who, err)
 		}
 	}
@@ -274,10 +277,10 @@ func TestReconciliationRunEventDelivery(t *testing.T) {
 	if err != nil || len(merchantEvs) != 1 {
 		t.Fatalf("merchant events %+v %v", merchantEvs, err)
 	}
-	if _, err := svc.EventDeliveries(ctx, staff, merchantEvs[0].ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+	if _, err := hooks.EventDeliveries(ctx, staff, merchantEvs[0].ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 		t.Fatalf("finance reads a merchant's deliveries: %v", err)
 	}
-	if _, err := svc.RedeliverEvent(ctx, staff, merchantEvs[0].ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
+	if _, err := hooks.RedeliverEvent(ctx, staff, merchantEvs[0].ID); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 		t.Fatalf("finance redelivers a merchant's event: %v", err)
 	}
 	mu.Lock()

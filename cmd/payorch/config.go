@@ -17,6 +17,7 @@ import (
 
 	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
 // config is everything payorch reads from its environment. Defaults live
@@ -312,8 +313,8 @@ func defaultConfig() config {
 		ResolverMinAge:   time.Minute,
 		SweepInterval:    time.Minute,
 		WebhookInterval:  time.Second,
-		WebhookSenders:   orchestrator.DefaultWebhookSenders,
-		WebhookTimeout:   orchestrator.WebhookTimeout,
+		WebhookSenders:   webhooks.DefaultWebhookSenders,
+		WebhookTimeout:   webhooks.WebhookTimeout,
 
 		HoldSweepInterval: time.Minute,
 		HoldExpiringLead:  orchestrator.DefaultHoldExpiringLead,
@@ -567,8 +568,8 @@ func (c config) validateJobs() error {
 		return errors.New("PAYORCH_WEBHOOK_INTERVAL: must not be negative (0 turns delivery off)")
 	case c.WebhookSenders < 1 || c.WebhookSenders > 256:
 		return errors.New("PAYORCH_WEBHOOK_SENDERS: must be from 1 to 256")
-	case c.WebhookTimeout < time.Second || c.WebhookTimeout > orchestrator.WebhookTimeout:
-		return fmt.Errorf("PAYORCH_WEBHOOK_TIMEOUT: must be from 1s to %s", orchestrator.WebhookTimeout)
+	case c.WebhookTimeout < time.Second || c.WebhookTimeout > webhooks.WebhookTimeout:
+		return fmt.Errorf("PAYORCH_WEBHOOK_TIMEOUT: must be from 1s to %s", webhooks.WebhookTimeout)
 	case c.HistoryRetentionMonths < 0 || c.HistoryRetentionMonths > 1200:
 		return errors.New("PAYORCH_HISTORY_RETENTION_MONTHS: must be from 0 (keep everything) to 1200")
 	case c.EventsRetentionMonths < 0 || c.EventsRetentionMonths > 1200:

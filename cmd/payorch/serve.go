@@ -19,6 +19,7 @@ import (
 	"github.com/payorch/payorch/internal/background"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -110,14 +111,15 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		defer replica.Close()
 	}
 	rec := newReconciler(cfg, backoffice, replica, logger, provs, tel)
-	jobs, err := backgroundJobs(cfg, svc, rec, logger)
+	hooks := newWebhooks(cfg, pool, logger, tel)
+	jobs, err := backgroundJobs(cfg, svc, hooks, rec, logger)
 	if err != nil {
 		return err
 	}
 	stopJobs := background.Start(context.WithoutCancel(ctx), jobs...)
 	defer stopJobs()
 
-	srv := newAPIServer(cfg, svc, rec, logger, tel, metricsHandler, publicURL, tlsConfig)
+	srv := newAPIServer(cfg, svc, hooks, rec, logger, tel, metricsHandler, publicURL, tlsConfig)
 	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
 		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
@@ -183,8 +185,8 @@ func startSideListeners(cfg config, logger *slog.Logger, tel *telemetry) (metric
 
 // newAPIServer is the HTTP API, the console and the health and metrics
 // endpoints, as cfg configures them.
-func newAPIServer(cfg config, svc *orchestrator.Service, rec *reconcile.Reconciler, logger *slog.Logger, tel *telemetry,
-	metricsHandler http.Handler, publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
+func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service, rec *reconcile.Reconciler,
+	logger *slog.Logger, tel *telemetry, metricsHandler http.Handler, publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
 	signInLimit := cfg.ConsoleSignInLimit
 	if signInLimit == 0 {
 		signInLimit = -1 // off
@@ -196,6 +198,7 @@ func newAPIServer(cfg config, svc *orchestrator.Service, rec *reconcile.Reconcil
 	return httpapi.New(httpapi.Config{
 		Reconciler:       rec,
 		Service:          svc,
+		Webhooks:         hooks,
 		Logger:           logger,
 		RateLimit:        cfg.RateLimit,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
@@ -218,7 +221,8 @@ func newAPIServer(cfg config, svc *orchestrator.Service, rec *reconcile.Reconcil
 // then the jobs that settle and sweep; the reconciliation schedule last.
 // Several instances may run all of them at once. A job whose interval is
 // 0 is off.
-func backgroundJobs(cfg config, svc *orchestrator.Service, rec *reconcile.Reconciler, logger *slog.Logger) ([]background.Job, error) {
+func backgroundJobs(cfg config, svc *orchestrator.Service, hooks *webhooks.Service, rec *reconcile.Reconciler,
+	logger *slog.Logger) ([]background.Job, error) {
 	var jobs []background.Job
 	switch {
 	case cfg.APIKeyCache && cfg.listenURL() == "":
@@ -232,7 +236,7 @@ func backgroundJobs(cfg config, svc *orchestrator.Service, rec *reconcile.Reconc
 		jobs = append(jobs, svc.ResolverJob(cfg.ResolverInterval, cfg.ResolverMinAge, cfg.ProviderTimeout))
 	}
 	if cfg.WebhookInterval > 0 {
-		jobs = append(jobs, svc.WebhookJob(cfg.WebhookInterval))
+		jobs = append(jobs, hooks.WebhookJob(cfg.WebhookInterval))
 	}
 	jobs = append(jobs, svc.HistoryJob(orchestrator.HistoryRetention{Payments: cfg.HistoryRetentionMonths,
 		Events: cfg.EventsRetentionMonths}))
@@ -279,26 +283,23 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		}
 	}
 	return orchestrator.NewService(orchestrator.Config{
-		Pool:                pool,
-		ListenConfig:        listen,
-		SchemaVersions:      schemaVersions,
-		Logger:              logger,
-		Providers:           provs,
-		DefaultProvider:     cfg.DefaultProvider,
-		Connectors:          cfg.connectorOptions(),
-		MaxAttempts:         cfg.MaxAttempts,
-		WebhookAllowPrivate: cfg.WebhookAllowPrivate,
-		WebhookSenders:      cfg.WebhookSenders,
-		WebhookTimeout:      cfg.WebhookTimeout,
-		HoldExpiringLead:    cfg.HoldExpiringLead,
-		HoldActionLead:      cfg.HoldActionLead,
-		Breaker:             cfg.Breaker,
-		ProviderTimeout:     cfg.ProviderTimeout,
-		Lease:               cfg.IdempotencyLease,
-		KeyTTL:              cfg.IdempotencyTTL,
-		ReplayCache:         cfg.ReplayCache,
-		TracerProvider:      tel.tracerProvider,
-		MeterProvider:       tel.meterProvider,
+		Pool:             pool,
+		ListenConfig:     listen,
+		SchemaVersions:   schemaVersions,
+		Logger:           logger,
+		Providers:        provs,
+		DefaultProvider:  cfg.DefaultProvider,
+		Connectors:       cfg.connectorOptions(),
+		MaxAttempts:      cfg.MaxAttempts,
+		HoldExpiringLead: cfg.HoldExpiringLead,
+		HoldActionLead:   cfg.HoldActionLead,
+		Breaker:          cfg.Breaker,
+		ProviderTimeout:  cfg.ProviderTimeout,
+		Lease:            cfg.IdempotencyLease,
+		KeyTTL:           cfg.IdempotencyTTL,
+		ReplayCache:      cfg.ReplayCache,
+		TracerProvider:   tel.tracerProvider,
+		MeterProvider:    tel.meterProvider,
 	}), nil
 }
 
@@ -348,6 +349,15 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	}
 	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token,
 		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret})
+}
+
+// newWebhooks wires the webhook endpoints and their delivery worker on
+// pool, the primary's pool payments use: deliveries are written with
+// their events, and claimed and recorded in transactions of a few
+// milliseconds.
+func newWebhooks(cfg config, pool *pgxpool.Pool, logger *slog.Logger, tel *telemetry) *webhooks.Service {
+	return webhooks.New(webhooks.Config{Pool: pool, Logger: logger, MeterProvider: tel.meterProvider,
+		AllowPrivate: cfg.WebhookAllowPrivate, Senders: cfg.WebhookSenders, Timeout: cfg.WebhookTimeout})
 }
 
 // newReconciler wires the Reconciler on pool: the back-office pool for

@@ -58,6 +58,18 @@ var rules = []rule{
 		transitive: true,
 	},
 	{
+		name:       "the core does not know its webhooks",
+		importers:  []string{"orchestrator"},
+		forbidden:  []string{"orchestrator/webhooks"},
+		transitive: true,
+	},
+	{
+		name:       "webhooks are built on the domain, not on its users or their libraries",
+		importers:  []string{"orchestrator/webhooks/..."},
+		forbidden:  []string{"httpapi", "reconcile", echo, stripeGo, cron},
+		transitive: true,
+	},
+	{
 		name:      "httpapi reaches the database only through orchestrator",
 		importers: []string{"httpapi/..."},
 		forbidden: []string{pgx, "migrations"},
@@ -127,7 +139,8 @@ func TestLayering(t *testing.T) {
 func TestRulesCatchViolations(t *testing.T) {
 	t.Parallel()
 	bad := []pkg{
-		{ImportPath: "orchestrator", Imports: []string{"providers"}, Deps: []string{"providers", "widget", echo + "/v4"}},
+		{ImportPath: "orchestrator", Imports: []string{"providers"}, Deps: []string{"providers", "widget", echo + "/v4", "orchestrator/webhooks"}},
+		{ImportPath: "orchestrator/webhooks", Imports: []string{"orchestrator", "gadget"}, Deps: []string{"orchestrator", "gadget", "reconcile"}},
 		{ImportPath: "widget", Imports: []string{echo + "/v4"}, Deps: []string{echo + "/v4"}},
 		{ImportPath: "httpapi", Imports: []string{"orchestrator", echo + "/v4"}, Deps: []string{"orchestrator", echo + "/v4", pgx + "/v5"}},
 		{ImportPath: "providers/fake", Imports: []string{"providers", "widget"}, Deps: []string{"providers", "widget", "reconcile", "internal/testkit"}},
@@ -135,6 +148,10 @@ func TestRulesCatchViolations(t *testing.T) {
 	}
 	want := map[string][]string{
 		"the domain uses no HTTP framework, provider SDK or scheduler": {"orchestrator -> " + echo + "/v4"},
+		// orchestrator reaches webhooks only through widget; webhooks
+		// reaches reconcile only through gadget.
+		"the core does not know its webhooks":                                   {"orchestrator -> orchestrator/webhooks"},
+		"webhooks are built on the domain, not on its users or their libraries": {"orchestrator/webhooks -> reconcile"},
 		// httpapi depends on pgx only through orchestrator: not a breach.
 		"httpapi reaches the database only through orchestrator":    nil,
 		"provider adapters know nothing of the domain or its users": {"providers/fake -> reconcile"},
@@ -252,7 +269,7 @@ func listPackages(t *testing.T) []pkg {
 		pkgs = append(pkgs, p.pkg)
 	}
 	// A list that misses the packages the rules are about proves nothing.
-	for _, must := range []string{"orchestrator", "httpapi", "reconcile", "providers/stripe", "providers/fake", "cmd/payorch"} {
+	for _, must := range []string{"orchestrator", "orchestrator/webhooks", "httpapi", "reconcile", "providers/stripe", "providers/fake", "cmd/payorch"} {
 		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == must }) {
 			t.Fatalf("go list did not list %s", must)
 		}

@@ -1,9 +1,9 @@
-package orchestrator
+package webhooks
 
 // Webhook endpoints: where a tenant's events are delivered,
 // each with the secret that signs its deliveries (orchestrator/webhooksig).
 // Staff endpoints (finance's, with no tenant) receive the staff events:
-// reconciliation runs finishing (ReconciliationEventTypes), and the
+// reconciliation runs finishing (orchestrator.ReconciliationEventTypes), and the
 // disabling of a staff endpoint; merchants' endpoints receive their
 // tenant's events and never the staff ones.
 // This file manages the endpoints and reads and resets their deliveries;
@@ -13,6 +13,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
@@ -34,7 +37,8 @@ type WebhookEndpoint struct {
 	// TenantID is the owning tenant; nil for a staff endpoint.
 	TenantID *int64 `json:"tenant_id" db:"tenant_id"`
 	URL      string `json:"url" db:"url"`
-	// EventTypes are the types it receives (EventTypes); "*" is all.
+	// EventTypes are the types it receives (orchestrator.EventTypes); "*"
+	// is all.
 	EventTypes  []string `json:"event_types" db:"event_types"`
 	Description string   `json:"description" db:"description"`
 	// Enabled endpoints receive deliveries; DisabledReason says why one
@@ -63,6 +67,19 @@ func (w *WebhookEndpoint) normalize() {
 		t := w.FailingSince.UTC()
 		w.FailingSince = &t
 	}
+}
+
+// The webhook_endpoint.disabled events carry an endpoint: its renderer
+// (the core's outbox renders every event, and cannot import this package).
+func init() {
+	orchestrator.RegisterEventRenderer("webhook_endpoint", func(stored []byte) (any, error) {
+		var w WebhookEndpoint
+		if err := json.Unmarshal(stored, &w); err != nil {
+			return nil, err
+		}
+		w.normalize()
+		return w, nil
+	})
 }
 
 // WebhookEndpointInput is what a merchant gives to create an endpoint.
@@ -109,10 +126,6 @@ func ValidWebhookEndpointID(id string) bool {
 	return true
 }
 
-// ValidEventID reports whether id is shaped like an event id ("evt_" and
-// 32 lowercase hex digits).
-func ValidEventID(id string) bool { return eventIDRE.MatchString(id) }
-
 // ValidateWebhookEndpoint checks in as CreateWebhookEndpoint(tenantID)
 // does, without touching the database, so a caller can refuse bad input
 // before anything is claimed: a tenant's endpoint (tenantID > 0) may want
@@ -120,37 +133,37 @@ func ValidEventID(id string) bool { return eventIDRE.MatchString(id) }
 // StaffEndpointEventTypes. Errors: validation_failed naming url,
 // event_types (or event_types[i]) or description.
 func (s *Service) ValidateWebhookEndpoint(tenantID int64, in WebhookEndpointInput) error {
-	if err := validateWebhookURL(in.URL, s.webhookAllowPrivate); err != nil {
+	if err := validateWebhookURL(in.URL, s.allowPrivate); err != nil {
 		return err
 	}
 	if len(in.EventTypes) == 0 {
-		return ParamError("event_types", "event_types must list at least one event type, or \"*\" for all")
+		return orchestrator.ParamError("event_types", "event_types must list at least one event type, or \"*\" for all")
 	}
 	if len(in.EventTypes) > maxWebhookEventTypes {
-		return ParamError("event_types", "event_types lists at most %d types", maxWebhookEventTypes)
+		return orchestrator.ParamError("event_types", "event_types lists at most %d types", maxWebhookEventTypes)
 	}
 	allowed := endpointEventTypes(tenantID)
 	for i, t := range in.EventTypes {
 		param := "event_types[" + strconv.Itoa(i) + "]"
 		if t != "*" && !slices.Contains(allowed, t) {
-			return ParamError(param, "event type must be \"*\" or one of %s", strings.Join(allowed, ", "))
+			return orchestrator.ParamError(param, "event type must be \"*\" or one of %s", strings.Join(allowed, ", "))
 		}
 		if slices.Index(in.EventTypes, t) < i {
-			return ParamError(param, "event type %q is listed twice", t)
+			return orchestrator.ParamError(param, "event type %q is listed twice", t)
 		}
 	}
 	if !storableText(in.Description) {
-		return ParamError("description", "description must be UTF-8 text without NUL")
+		return orchestrator.ParamError("description", "description must be UTF-8 text without NUL")
 	}
 	if utf8.RuneCountInString(in.Description) > maxWebhookDescription {
-		return ParamError("description", "description is longer than %d characters", maxWebhookDescription)
+		return orchestrator.ParamError("description", "description is longer than %d characters", maxWebhookDescription)
 	}
 	return nil
 }
 
 // StaffEndpointEventTypes are the types a staff endpoint may want ("*"
 // is all of them): the staff events.
-var StaffEndpointEventTypes = append([]string{EventEndpointDisabled}, ReconciliationEventTypes...)
+var StaffEndpointEventTypes = append([]string{orchestrator.EventEndpointDisabled}, orchestrator.ReconciliationEventTypes...)
 
 // endpointEventTypes are the types an endpoint of tenantID may want: the
 // staff ones for a staff endpoint (0), every other for a tenant's.
@@ -158,8 +171,8 @@ func endpointEventTypes(tenantID int64) []string {
 	if tenantID == 0 {
 		return StaffEndpointEventTypes
 	}
-	return slices.DeleteFunc(slices.Clone(EventTypes), func(t string) bool {
-		return slices.Contains(ReconciliationEventTypes, t)
+	return slices.DeleteFunc(slices.Clone(orchestrator.EventTypes), func(t string) bool {
+		return slices.Contains(orchestrator.ReconciliationEventTypes, t)
 	})
 }
 
@@ -173,7 +186,7 @@ func storableText(s string) bool { return utf8.ValidString(s) && !strings.Contai
 // refused. Names are resolved only when sending: the delivery worker
 // checks the addresses it connects to. Errors: validation_failed on url.
 func validateWebhookURL(raw string, allowPrivate bool) error {
-	bad := func(format string, args ...any) error { return ParamError("url", format, args...) }
+	bad := func(format string, args ...any) error { return orchestrator.ParamError("url", format, args...) }
 	if raw == "" {
 		return bad("url is required")
 	}
@@ -226,41 +239,17 @@ func privateHost(host string) bool {
 	return blockedAddress(addr)
 }
 
-// FullEndpointURLs reports whether sc is shown endpoint URLs whole: only
-// a merchant's scope, whose endpoints they are. An endpoint URL is often
-// a capability (a token in its path or query lets anyone post to the
-// receiver), so staff (support reading every tenant's deliveries, finance
-// and admin, whose staff endpoints every finance and admin key shares)
-// see scheme://host/… (RedactURL): enough to tell endpoints apart and to
-// diagnose a host, not to post to it. The one who creates an endpoint
-// gets its URL back whole in that answer only, like its secret.
-func (sc Scope) FullEndpointURLs() bool { return sc.TenantID != 0 && !sc.Staff }
-
-// RedactURL is an endpoint URL as staff see it: its scheme and host (with
-// the port), and "/…" in place of a path or query ("/" when it has
-// neither). Something that is not an absolute URL is "…".
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return "…"
-	}
-	rest := "/"
-	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		rest = "/…"
-	}
-	return u.Scheme + "://" + u.Host + rest
-}
-
-// endpointURLFor is an endpoint URL as sc is shown it (FullEndpointURLs).
-func endpointURLFor(sc Scope, raw string) string {
+// endpointURLFor is an endpoint URL as sc is shown it
+// (orchestrator.Scope.FullEndpointURLs).
+func endpointURLFor(sc orchestrator.Scope, raw string) string {
 	if sc.FullEndpointURLs() {
 		return raw
 	}
-	return RedactURL(raw)
+	return orchestrator.RedactURL(raw)
 }
 
 // endpointVisible is the condition on webhook_endpoints of what @tenant_id
-// and @staff (a Scope) may see and change: a merchant its tenant's
+// and @staff (an orchestrator.Scope) may see and change: a merchant its tenant's
 // endpoints, staff (finance) the staff endpoints only.
 const endpointVisible = `(tenant_id = @tenant_id OR (@staff AND tenant_id IS NULL))`
 
@@ -270,13 +259,13 @@ const webhookEndpointColumns = `id, tenant_id, url, event_types, description, en
 
 // collectEndpoint reads the one endpoint rows hold, in the eyes of sc: its
 // URL redacted unless sc.FullEndpointURLs. Errors: not_found, internal.
-func collectEndpoint(rows pgx.Rows, sc Scope, id, what string) (WebhookEndpoint, error) {
+func collectEndpoint(rows pgx.Rows, sc orchestrator.Scope, id, what string) (WebhookEndpoint, error) {
 	ep, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[WebhookEndpoint])
-	if isNoRows(err) {
-		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return WebhookEndpoint{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no webhook endpoint %q", id)
 	}
 	if err != nil {
-		return WebhookEndpoint{}, internalf("%s webhook endpoint: %w", what, err)
+		return WebhookEndpoint{}, orchestrator.Internalf("%s webhook endpoint: %w", what, err)
 	}
 	ep.normalize()
 	ep.URL = endpointURLFor(sc, ep.URL)
@@ -294,7 +283,7 @@ func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in 
 	}
 	secret, err := webhooksig.NewSecret()
 	if err != nil {
-		return WebhookEndpoint{}, internalf("webhook secret: %w", err)
+		return WebhookEndpoint{}, orchestrator.Internalf("webhook secret: %w", err)
 	}
 	var idb [16]byte
 	_, _ = rand.Read(idb[:]) // never fails on Linux (Go ≥ 1.24 panics instead)
@@ -309,12 +298,12 @@ func (s *Service) CreateWebhookEndpoint(ctx context.Context, tenantID int64, in 
 		if err := lockEndpointOwner(ctx, tx, tenantID); err != nil {
 			return err
 		}
-		rows, _ := tx.Query(ctx, q, namedArgs{"id": id, "tenant_id": tenantID, "staff": tenantID == 0, "url": in.URL, "event_types": in.EventTypes,
+		rows, _ := tx.Query(ctx, q, orchestrator.NamedArgs{"id": id, "tenant_id": tenantID, "staff": tenantID == 0, "url": in.URL, "event_types": in.EventTypes,
 			"description": in.Description, "secret": secret, "created_by": createdBy, "now": s.now(), "max": MaxWebhookEndpoints})
 		var err error
-		ep, err = collectEndpoint(rows, Scope{TenantID: tenantID, Staff: tenantID == 0}, id, "create")
-		if ErrorCode(err) == CodeNotFound {
-			return Errorf(CodeConflict, "a tenant (or staff) has at most %d webhook endpoints: delete one first", MaxWebhookEndpoints)
+		ep, err = collectEndpoint(rows, orchestrator.Scope{TenantID: tenantID, Staff: tenantID == 0}, id, "create")
+		if orchestrator.ErrorCode(err) == orchestrator.CodeNotFound {
+			return orchestrator.Errorf(orchestrator.CodeConflict, "a tenant (or staff) has at most %d webhook endpoints: delete one first", MaxWebhookEndpoints)
 		}
 		return err
 	})
@@ -336,29 +325,29 @@ func lockEndpointOwner(ctx context.Context, tx pgx.Tx, tenantID int64) error {
 	const lockStaff = `SELECT pg_advisory_xact_lock(hashtextextended('webhook_endpoints:staff', 0))`
 	if tenantID == 0 {
 		if _, err := tx.Exec(ctx, lockStaff); err != nil {
-			return internalf("lock staff endpoints: %w", err)
+			return orchestrator.Internalf("lock staff endpoints: %w", err)
 		}
 		return nil
 	}
 	var got int64
-	if err := tx.QueryRow(ctx, lockTenant, namedArgs{"tenant_id": tenantID}).Scan(&got); isNoRows(err) {
-		return Errorf(CodeNotFound, "tenant %d does not exist", tenantID)
+	if err := tx.QueryRow(ctx, lockTenant, orchestrator.NamedArgs{"tenant_id": tenantID}).Scan(&got); errors.Is(err, pgx.ErrNoRows) {
+		return orchestrator.Errorf(orchestrator.CodeNotFound, "tenant %d does not exist", tenantID)
 	} else if err != nil {
-		return internalf("lock tenant: %w", err)
+		return orchestrator.Internalf("lock tenant: %w", err)
 	}
 	return nil
 }
 
 // ListWebhookEndpoints returns the endpoints (not deleted) visible in sc,
 // oldest first.
-func (s *Service) ListWebhookEndpoints(ctx context.Context, sc Scope) ([]WebhookEndpoint, error) {
+func (s *Service) ListWebhookEndpoints(ctx context.Context, sc orchestrator.Scope) ([]WebhookEndpoint, error) {
 	const q = `SELECT ` + webhookEndpointColumns + ` FROM webhook_endpoints
 		WHERE deleted_at IS NULL AND ` + endpointVisible + `
 		ORDER BY created_at, id`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff})
+	rows, _ := s.pool.Query(ctx, q, orchestrator.NamedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff})
 	eps, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookEndpoint])
 	if err != nil {
-		return nil, internalf("list webhook endpoints: %w", err)
+		return nil, orchestrator.Internalf("list webhook endpoints: %w", err)
 	}
 	for i := range eps {
 		eps[i].normalize()
@@ -369,25 +358,25 @@ func (s *Service) ListWebhookEndpoints(ctx context.Context, sc Scope) ([]Webhook
 
 // GetWebhookEndpoint returns one endpoint (not deleted) visible in sc.
 // Errors: not_found.
-func (s *Service) GetWebhookEndpoint(ctx context.Context, sc Scope, id string) (WebhookEndpoint, error) {
+func (s *Service) GetWebhookEndpoint(ctx context.Context, sc orchestrator.Scope, id string) (WebhookEndpoint, error) {
 	if !ValidWebhookEndpointID(id) {
-		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
+		return WebhookEndpoint{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no webhook endpoint %q", id)
 	}
 	const q = `SELECT ` + webhookEndpointColumns + ` FROM webhook_endpoints
 		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
+	rows, _ := s.pool.Query(ctx, q, orchestrator.NamedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff})
 	return collectEndpoint(rows, sc, id, "read")
 }
 
 // UpdateWebhookEndpoint enables or disables an endpoint. Disabling records
 // DisabledByOwner; enabling clears disabled_reason and failing_since, so
 // the endpoint gets 3 more days before it is disabled again, and closes
-// its delivery breaker (webhookworker.go): its owner says it is back. A disabled
+// its delivery breaker (worker.go): its owner says it is back. A disabled
 // endpoint's pending deliveries stay pending, and are sent once it is
 // enabled again (unless given up meanwhile). Errors: not_found.
-func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string, enabled bool) (WebhookEndpoint, error) {
+func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc orchestrator.Scope, id string, enabled bool) (WebhookEndpoint, error) {
 	if !ValidWebhookEndpointID(id) {
-		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
+		return WebhookEndpoint{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no webhook endpoint %q", id)
 	}
 	const q = `
 		UPDATE webhook_endpoints SET enabled = @enabled,
@@ -399,7 +388,7 @@ func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string
 			updated_at = @now
 		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible + `
 		RETURNING ` + webhookEndpointColumns
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "enabled": enabled,
+	rows, _ := s.pool.Query(ctx, q, orchestrator.NamedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "enabled": enabled,
 		"reason": DisabledByOwner, "now": s.now()})
 	return collectEndpoint(rows, sc, id, "update")
 }
@@ -407,9 +396,9 @@ func (s *Service) UpdateWebhookEndpoint(ctx context.Context, sc Scope, id string
 // DeleteWebhookEndpoint deletes an endpoint: it receives nothing more, and
 // its pending deliveries are marked failed (its row and history stay).
 // The answer is the endpoint as deleted (Deleted set). Errors: not_found.
-func (s *Service) DeleteWebhookEndpoint(ctx context.Context, sc Scope, id string) (WebhookEndpoint, error) {
+func (s *Service) DeleteWebhookEndpoint(ctx context.Context, sc orchestrator.Scope, id string) (WebhookEndpoint, error) {
 	if !ValidWebhookEndpointID(id) {
-		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
+		return WebhookEndpoint{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no webhook endpoint %q", id)
 	}
 	const q = `
 		WITH deleted AS (
@@ -421,7 +410,7 @@ func (s *Service) DeleteWebhookEndpoint(ctx context.Context, sc Scope, id string
 			WHERE endpoint_id = (SELECT id FROM deleted) AND status = 'pending'
 		)
 		SELECT ` + webhookEndpointColumns + ` FROM deleted`
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "now": s.now()})
+	rows, _ := s.pool.Query(ctx, q, orchestrator.NamedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "now": s.now()})
 	ep, err := collectEndpoint(rows, sc, id, "delete")
 	if err != nil {
 		return WebhookEndpoint{}, err
@@ -435,13 +424,13 @@ func (s *Service) DeleteWebhookEndpoint(ctx context.Context, sc Scope, id string
 // one for SecretRotationOverlap, so receivers can switch without missing
 // a delivery; rotating again within that time replaces it (the secret
 // before is dropped at once). Errors: not_found.
-func (s *Service) RotateWebhookSecret(ctx context.Context, sc Scope, id string) (WebhookEndpoint, error) {
+func (s *Service) RotateWebhookSecret(ctx context.Context, sc orchestrator.Scope, id string) (WebhookEndpoint, error) {
 	if !ValidWebhookEndpointID(id) {
-		return WebhookEndpoint{}, Errorf(CodeNotFound, "no webhook endpoint %q", id)
+		return WebhookEndpoint{}, orchestrator.Errorf(orchestrator.CodeNotFound, "no webhook endpoint %q", id)
 	}
 	secret, err := webhooksig.NewSecret()
 	if err != nil {
-		return WebhookEndpoint{}, internalf("webhook secret: %w", err)
+		return WebhookEndpoint{}, orchestrator.Internalf("webhook secret: %w", err)
 	}
 	const q = `
 		UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = @until,
@@ -449,7 +438,7 @@ func (s *Service) RotateWebhookSecret(ctx context.Context, sc Scope, id string) 
 		WHERE id = @id AND deleted_at IS NULL AND ` + endpointVisible + `
 		RETURNING ` + webhookEndpointColumns
 	now := s.now()
-	rows, _ := s.pool.Query(ctx, q, namedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "secret": secret, "now": now,
+	rows, _ := s.pool.Query(ctx, q, orchestrator.NamedArgs{"id": id, "tenant_id": sc.TenantID, "staff": sc.Staff, "secret": secret, "now": now,
 		"until": now.Add(SecretRotationOverlap)})
 	ep, err := collectEndpoint(rows, sc, id, "rotate")
 	if err != nil {

@@ -1,17 +1,20 @@
-package orchestrator
+package webhooks
 
-// The statements of the delivery worker (webhookworker.go): the claim
+// The statements of the delivery worker (worker.go): the claim
 // that leases due deliveries, the record of an attempt, the endpoint's
 // health and breaker, and the disabling of endpoints failing for 3 days.
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/orchestrator"
 )
 
-// The endpoint breaker (see the top of webhookworker.go).
+// The endpoint breaker (see the top of worker.go).
 const (
 	// webhookBreakerTrips is how many attempts in a row without an answer
 	// open an endpoint's breaker.
@@ -30,7 +33,8 @@ const webhookClaimLock = `SELECT pg_advisory_xact_lock(hashtextextended('webhook
 
 // claimDeliveriesSQL leases up to @limit due deliveries until
 // @lease_until and returns them with what sending needs; none while a
-// partition change of the outbox holds outboxPassLock (history.go: the
+// partition change of the outbox holds the lock
+// orchestrator.OutboxPassLockKey names (orchestrator/history.go: the
 // claim takes it shared, if it is free at once; the next claim goes).
 // Each endpoint
 // that is enabled, and not paused by its breaker, has room for
@@ -40,7 +44,7 @@ const webhookClaimLock = `SELECT pg_advisory_xact_lock(hashtextextended('webhook
 // each tenant's second …, a tenant's endpoints taking turns.
 const claimDeliveriesSQL = `
 	WITH free AS (
-		SELECT pg_try_advisory_xact_lock_shared(` + outboxPassLockKey + `) AS free
+		SELECT pg_try_advisory_xact_lock_shared(` + orchestrator.OutboxPassLockKey + `) AS free
 	), endpoint AS (
 		SELECT w.id, w.tenant_id,
 			CASE WHEN w.consecutive_timeouts >= @trips THEN 1 WHEN w.id = ANY (@fast::text[]) THEN @limit
@@ -84,9 +88,9 @@ const claimDeliveriesSQL = `
 func (s *Service) queueClaim(b *pgx.Batch, limit int) {
 	now := s.now()
 	b.Queue(webhookClaimLock)
-	b.Queue(claimDeliveriesSQL, namedArgs{"now": now, "limit": limit,
-		"lease_until": now.Add(s.webhookTimeout + webhookLeaseMargin), "trips": webhookBreakerTrips,
-		"endpoint_cap": max(1, s.webhookSenders/webhookEndpointShare), "fast": s.webhookFast.list()})
+	b.Queue(claimDeliveriesSQL, orchestrator.NamedArgs{"now": now, "limit": limit,
+		"lease_until": now.Add(s.timeout + webhookLeaseMargin), "trips": webhookBreakerTrips,
+		"endpoint_cap": max(1, s.senders/webhookEndpointShare), "fast": s.fast.list()})
 }
 
 // readClaim reads the deliveries queueClaim claimed.
@@ -112,7 +116,8 @@ const recordAttemptSQL = `
 	)
 	INSERT INTO webhook_delivery_attempts (event_id, endpoint_id, attempt, started_at, latency_ms, status_code,
 		error, response_excerpt)
-	SELECT event_id, endpoint_id, attempts, @started_at, @latency_ms, @status_code, @error, @excerpt FROM d`
+	SELECT event_id, endpoint_id, attempts, @started_at, @latency_ms, @status_code, nullif(@error::text, ''),
+		nullif(@excerpt::text, '') FROM d`
 
 // endpointHealthSQL notes what an attempt says of its endpoint: answering
 // 2xx (failing_since cleared) or not (failing_since set at its first
@@ -145,7 +150,7 @@ const endpointHealthSQL = `
 
 // recorded is what recordAttempts recorded: attempts by outcome
 // (delivered, failed, gave_up, and unrecorded: late, see the top of
-// webhookworker.go) and breakers opened.
+// worker.go) and breakers opened.
 type recorded struct {
 	outcomes map[string]int
 	opens    int
@@ -161,11 +166,11 @@ type recorded struct {
 func queueRecords(b *pgx.Batch, ended []sentDelivery) []queuedRecord {
 	queued := make([]queuedRecord, len(ended))
 	for i, x := range ended {
-		var args namedArgs
+		var args orchestrator.NamedArgs
 		args, queued[i].outcome = recordArgs(x.d, x.r)
 		b.Queue(recordAttemptSQL, args)
 		if queued[i].health = !x.r.ok() || !x.d.Healthy; queued[i].health {
-			b.Queue(endpointHealthSQL, namedArgs{"endpoint_id": x.d.EndpointID, "ok": x.r.ok(),
+			b.Queue(endpointHealthSQL, orchestrator.NamedArgs{"endpoint_id": x.d.EndpointID, "ok": x.r.ok(),
 				"answered": x.r.answered(), "now": x.r.at, "trips": webhookBreakerTrips, "pause": webhookBreakerPause,
 				"max_pause": webhookBreakerMaxPause})
 		}
@@ -196,7 +201,7 @@ func readRecords(br pgx.BatchResults, queued []queuedRecord) (recorded, error) {
 			continue
 		}
 		var opened bool
-		if err := br.QueryRow().Scan(&opened); err != nil && !isNoRows(err) {
+		if err := br.QueryRow().Scan(&opened); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return rec, err
 		}
 		if opened {
@@ -209,10 +214,10 @@ func readRecords(br pgx.BatchResults, queued []queuedRecord) (recorded, error) {
 // recordArgs are the arguments of recordAttemptSQL for attempt r of d,
 // and its outcome: delivered, failed (due again after its backoff) or
 // gave_up (failing 3 days after it was first due).
-func recordArgs(d dueDelivery, r deliveryResult) (namedArgs, string) {
-	args := namedArgs{"event_id": d.EventID, "endpoint_id": d.EndpointID, "claimed_attempts": d.Attempts,
+func recordArgs(d dueDelivery, r deliveryResult) (orchestrator.NamedArgs, string) {
+	args := orchestrator.NamedArgs{"event_id": d.EventID, "endpoint_id": d.EndpointID, "claimed_attempts": d.Attempts,
 		"leased_until": d.LeasedUntil, "started_at": r.at, "latency_ms": float64(r.latency.Microseconds()) / 1000,
-		"status_code": nil, "error": nullIfEmpty(r.err), "excerpt": nullIfEmpty(r.excerpt), "status": "pending",
+		"status_code": nil, "error": r.err, "excerpt": r.excerpt, "status": "pending",
 		"next_attempt_at": r.at, "delivered_at": nil}
 	if r.statusCode != 0 {
 		args["status_code"] = r.statusCode

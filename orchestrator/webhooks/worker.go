@@ -1,6 +1,6 @@
-package orchestrator
+package webhooks
 
-// Delivering webhooks (issue #15): the worker every `serve` runs.
+// Delivering webhooks: the worker every `serve` runs.
 //
 // Deliveries are written with their event, in the transaction of the
 // change (migration 00009), so a committed change is a delivery to make,
@@ -73,6 +73,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/orchestrator/webhooksig"
 )
 
@@ -189,15 +190,15 @@ type DeliveryStats struct {
 // attempts in flight (see the top of this file). Safe on several
 // instances at once.
 func (s *Service) DeliverWebhooks(ctx context.Context) (DeliveryStats, error) {
-	p := &deliveryPass{s: s, results: make(chan sentDelivery, s.webhookSenders)}
+	p := &deliveryPass{s: s, results: make(chan sentDelivery, s.senders)}
 	err := p.run(ctx)
 	if err == nil {
 		// Every pass, even one with nothing due: an endpoint failing for
 		// 3 days is disabled whether or not a retry of it is due now.
-		_, err = s.pool.Exec(ctx, disableFailingSQL, namedArgs{"now": s.now(), "give_up_after": WebhookGiveUpAfter})
+		_, err = s.pool.Exec(ctx, disableFailingSQL, orchestrator.NamedArgs{"now": s.now(), "give_up_after": WebhookGiveUpAfter})
 	}
 	if err != nil {
-		return p.st, internalf("deliver webhooks: %w", err)
+		return p.st, orchestrator.Internalf("deliver webhooks: %w", err)
 	}
 	return p.st, nil
 }
@@ -231,7 +232,7 @@ func (p *deliveryPass) run(ctx context.Context) error {
 	for {
 		free := 0
 		if time.Now().Before(claimUntil) {
-			free = p.s.webhookSenders - p.inFlight
+			free = p.s.senders - p.inFlight
 		}
 		if len(ended) > 0 || free > 0 {
 			claimed, err := p.step(ctx, ended, free)
@@ -283,7 +284,7 @@ func (p *deliveryPass) gather(ctx context.Context, ended []sentDelivery) []sentD
 // transaction), and counts what it recorded once committed.
 func (p *deliveryPass) step(ctx context.Context, ended []sentDelivery, free int) ([]dueDelivery, error) {
 	for _, x := range ended {
-		p.s.webhookFast.note(x.d.EndpointID, x.r)
+		p.s.fast.note(x.d.EndpointID, x.r)
 	}
 	b := &pgx.Batch{}
 	queued := queueRecords(b, ended)
@@ -315,17 +316,17 @@ func (p *deliveryPass) step(ctx context.Context, ended []sentDelivery, free int)
 }
 
 // webhookBody is the JSON sent: the event as GET /v1/events/{id} answers
-// (rendered the same way: WebhookEvent.render).
+// (rendered the same way: orchestrator.WebhookEvent.Render).
 func webhookBody(d dueDelivery) ([]byte, error) {
-	ev := WebhookEvent{ID: d.EventID, TenantID: d.TenantID, Type: d.Type, PaymentID: d.PaymentID,
+	ev := orchestrator.WebhookEvent{ID: d.EventID, TenantID: d.TenantID, Type: d.Type, PaymentID: d.PaymentID,
 		Sequence: d.Sequence, Data: d.Object, CreatedAt: d.CreatedAt}
-	if err := ev.render(); err != nil {
+	if err := ev.Render(); err != nil {
 		return nil, err
 	}
 	return json.Marshal(ev)
 }
 
-// send makes one attempt of d, within s.webhookTimeout: POST the event,
+// send makes one attempt of d, within s.timeout: POST the event,
 // signed with the endpoint's secrets (the previous one too while it is
 // valid).
 func (s *Service) send(ctx context.Context, d dueDelivery) deliveryResult {
@@ -339,7 +340,7 @@ func (s *Service) send(ctx context.Context, d dueDelivery) deliveryResult {
 	if d.PreviousSecret != nil && d.PreviousSecretUntil != nil && r.at.Before(*d.PreviousSecretUntil) {
 		secrets = append(secrets, *d.PreviousSecret)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.webhookTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, d.URL, bytes.NewReader(body))
 	if err != nil {
@@ -351,12 +352,12 @@ func (s *Service) send(ctx context.Context, d dueDelivery) deliveryResult {
 	req.Header.Set(webhooksig.Header, webhooksig.Sign(secrets, time.Now(), body))
 	req.Header.Set(webhooksig.EventIDHeader, d.EventID)
 	start := time.Now()
-	res, err := s.webhookClient.Do(req)
+	res, err := s.client.Do(req)
 	r.latency = time.Since(start)
 	if err != nil {
 		r.err = deliveryError(err)
 		if errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil {
-			r.err = fmt.Sprintf("no answer within %s", s.webhookTimeout)
+			r.err = fmt.Sprintf("no answer within %s", s.timeout)
 		}
 		return r
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package webhooks
 
 // Webhook deliveries, as merchants and support see them: one
 // per event and endpoint, with every attempt of it, and the reset that
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/payorch/payorch/orchestrator"
 )
 
 // WebhookDelivery is the delivery of one event to one endpoint.
@@ -76,23 +78,21 @@ const deliveriesQuery = `
 const deliveriesVisible = `(CASE WHEN @staff THEN ev.tenant_id IS NULL
 	ELSE ev.tenant_id IS NOT NULL AND (@tenant_id::bigint = 0 OR ev.tenant_id = @tenant_id) END)`
 
-// deliveriesVisibleTo is deliveriesVisible for one event read in sc.
-func deliveriesVisibleTo(sc Scope, ev WebhookEvent) bool {
-	if sc.Staff {
-		return ev.TenantID == nil
+// eventForDeliveries checks that event id is one whose deliveries sc
+// may read (deliveriesVisible): not_found otherwise, or if there is no
+// such event.
+func (s *Service) eventForDeliveries(ctx context.Context, sc orchestrator.Scope, id string) error {
+	if !orchestrator.ValidEventID(id) {
+		return orchestrator.Errorf(orchestrator.CodeNotFound, "no event %q", id)
 	}
-	return ev.TenantID != nil && (sc.TenantID == 0 || sc.TenantID == *ev.TenantID)
-}
-
-// eventForDeliveries reads event id for a reader of its deliveries in sc:
-// not_found unless both the event and its deliveries are visible.
-func (s *Service) eventForDeliveries(ctx context.Context, sc Scope, id string) error {
-	ev, err := s.GetEvent(ctx, sc, id)
-	if err != nil {
-		return err
+	const q = `SELECT EXISTS (SELECT 1 FROM events ev WHERE ev.id = @event_id AND ` + deliveriesVisible + `)`
+	var found bool
+	if err := s.pool.QueryRow(ctx, q, orchestrator.NamedArgs{"event_id": id, "tenant_id": sc.TenantID,
+		"staff": sc.Staff}).Scan(&found); err != nil {
+		return orchestrator.Internalf("read event: %w", err)
 	}
-	if !deliveriesVisibleTo(sc, ev) {
-		return Errorf(CodeNotFound, "no event %q", id)
+	if !found {
+		return orchestrator.Errorf(orchestrator.CodeNotFound, "no event %q", id)
 	}
 	return nil
 }
@@ -103,12 +103,12 @@ type querier interface {
 }
 
 // deliveries runs deliveriesQuery on q.
-func deliveries(ctx context.Context, q querier, sc Scope, eventID, paymentID string) ([]WebhookDelivery, error) {
-	rows, _ := q.Query(ctx, deliveriesQuery, namedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff, "event_id": eventID,
+func deliveries(ctx context.Context, q querier, sc orchestrator.Scope, eventID, paymentID string) ([]WebhookDelivery, error) {
+	rows, _ := q.Query(ctx, deliveriesQuery, orchestrator.NamedArgs{"tenant_id": sc.TenantID, "staff": sc.Staff, "event_id": eventID,
 		"payment_id": paymentID})
 	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[WebhookDelivery])
 	if err != nil {
-		return nil, internalf("read webhook deliveries: %w", err)
+		return nil, orchestrator.Internalf("read webhook deliveries: %w", err)
 	}
 	for i := range ds {
 		ds[i].Object = "webhook_delivery"
@@ -123,7 +123,7 @@ func deliveries(ctx context.Context, q querier, sc Scope, eventID, paymentID str
 // EventDeliveries returns the deliveries of an event visible in sc, one
 // per endpoint it was (or is to be) sent to, deleted endpoints included.
 // Errors: not_found.
-func (s *Service) EventDeliveries(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
+func (s *Service) EventDeliveries(ctx context.Context, sc orchestrator.Scope, eventID string) ([]WebhookDelivery, error) {
 	if err := s.eventForDeliveries(ctx, sc, eventID); err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (s *Service) EventDeliveries(ctx context.Context, sc Scope, eventID string)
 // PaymentDeliveries returns the deliveries of every event of a payment
 // visible in sc, in the order of the events. A payment outside sc, or
 // none, has none.
-func (s *Service) PaymentDeliveries(ctx context.Context, sc Scope, paymentID string) ([]WebhookDelivery, error) {
+func (s *Service) PaymentDeliveries(ctx context.Context, sc orchestrator.Scope, paymentID string) ([]WebhookDelivery, error) {
 	if paymentID == "" {
 		return []WebhookDelivery{}, nil
 	}
@@ -157,12 +157,12 @@ func (s *Service) PaymentDeliveries(ctx context.Context, sc Scope, paymentID str
 // not dedupe by event id acts on twice), across every tenant for one key.
 // The merchant can redeliver itself when support finds a delivery that
 // failed. Errors: not_found, forbidden (support).
-func (s *Service) RedeliverEvent(ctx context.Context, sc Scope, eventID string) ([]WebhookDelivery, error) {
+func (s *Service) RedeliverEvent(ctx context.Context, sc orchestrator.Scope, eventID string) ([]WebhookDelivery, error) {
 	if err := s.eventForDeliveries(ctx, sc, eventID); err != nil {
 		return nil, err
 	}
 	if sc.TenantID == 0 && !sc.Staff { // support's scope: every tenant's, read only
-		return nil, Errorf(CodeForbidden, "only the event's owner may redeliver it: the merchant (or finance, for a staff event)")
+		return nil, orchestrator.Errorf(orchestrator.CodeForbidden, "only the event's owner may redeliver it: the merchant (or finance, for a staff event)")
 	}
 	const q = `
 		INSERT INTO webhook_deliveries AS d (event_id, endpoint_id, status, next_attempt_at, created_at)
@@ -176,8 +176,8 @@ func (s *Service) RedeliverEvent(ctx context.Context, sc Scope, eventID string) 
 		SET status = 'pending', next_attempt_at = @now, delivered_at = NULL, leased_until = NULL`
 	var ds []WebhookDelivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, q, namedArgs{"event_id": eventID, "now": s.now()}); err != nil {
-			return internalf("redeliver event: %w", err)
+		if _, err := tx.Exec(ctx, q, orchestrator.NamedArgs{"event_id": eventID, "now": s.now()}); err != nil {
+			return orchestrator.Internalf("redeliver event: %w", err)
 		}
 		var err error
 		ds, err = deliveries(ctx, tx, sc, eventID, "")

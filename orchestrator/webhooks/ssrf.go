@@ -1,4 +1,4 @@
-package orchestrator
+package webhooks
 
 // The webhooks' address filter: deliveries are sent from inside the
 // operator's network to URLs merchants choose, so unless
