@@ -22,7 +22,7 @@ import (
 // connection LISTENs on payorch_routing for the routing cache
 // (routingcache.go), which is on and off with this one.
 //
-// The generation protocol of listenedCache (listenedcache.go) closes the
+// The generation protocol of notifiedCache (notifiedcache.go) closes the
 // race between a request that read a key and a revocation that commits (and
 // is heard) before the request caches what it read.
 const (
@@ -61,11 +61,11 @@ type cachedKey struct {
 // keyCache maps key ids to valid keys. It is off (empty, refusing
 // entries) until enabled.
 type keyCache struct {
-	*listenedCache[string, cachedKey]
+	*notifiedCache[string, cachedKey]
 }
 
 func newKeyCache(maxEntries int, maxAge time.Duration) *keyCache {
-	return &keyCache{newListenedCache[string, cachedKey](maxEntries, maxAge)}
+	return &keyCache{newNotifiedCache[string, cachedKey](maxEntries, maxAge)}
 }
 
 // unknownKeys remembers key ids that authenticated nobody (no such key, or
@@ -77,18 +77,18 @@ func newKeyCache(maxEntries int, maxAge time.Duration) *keyCache {
 // the listener's coming up or going down drop entries; the generation
 // protocol keeps a read from before a key's creation out of it after.
 type unknownKeys struct {
-	*listenedCache[string, struct{}]
+	*notifiedCache[string, struct{}]
 }
 
 func newUnknownKeys(maxEntries int, maxAge time.Duration) *unknownKeys {
-	c := &unknownKeys{newListenedCache[string, struct{}](maxEntries, maxAge)}
+	c := &unknownKeys{newNotifiedCache[string, struct{}](maxEntries, maxAge)}
 	c.setEnabled(true)
 	return c
 }
 
 // invalidate drops id ("" drops every entry) and advances the generation.
 func (c *unknownKeys) invalidate(id string) {
-	c.listenedCache.invalidate(id, id == "")
+	c.notifiedCache.invalidate(id, id == "")
 }
 
 // lastUsedDue reports whether a key last used at lastUsed (zero: never) is
@@ -113,7 +113,7 @@ func (c *keyCache) lookup(id string, now time.Time) (e cachedKey, touch, ok bool
 // invalidate drops id ("" drops every entry) and advances the generation,
 // so no read that began before it is cached after it.
 func (c *keyCache) invalidate(id string) {
-	c.listenedCache.invalidate(id, id == "")
+	c.notifiedCache.invalidate(id, id == "")
 }
 
 // StartKeyCache turns on the in-process API key cache and routing cache: a

@@ -11,7 +11,7 @@ import (
 // payorch_routing (migration 00008: sent with the tenant id after each new
 // routing version); whenever the listener is down, the cache is off and
 // empty, and every authorization reads the database. The generation
-// protocol of listenedCache (listenedcache.go) closes the race between a
+// protocol of notifiedCache (notifiedcache.go) closes the race between a
 // read and a new version heard before the read is cached.
 const (
 	routingCacheChannel = "payorch_routing"
@@ -26,11 +26,11 @@ const (
 // routingCache maps tenant ids to their active routing. It is off (empty,
 // refusing entries) until enabled.
 type routingCache struct {
-	*listenedCache[int64, RoutingVersion]
+	*notifiedCache[int64, RoutingVersion]
 }
 
 func newRoutingCache(maxEntries int, maxAge time.Duration) *routingCache {
-	return &routingCache{newListenedCache[int64, RoutingVersion](maxEntries, maxAge)}
+	return &routingCache{newNotifiedCache[int64, RoutingVersion](maxEntries, maxAge)}
 }
 
 // invalidatePayload handles a payorch_routing notification: its payload is

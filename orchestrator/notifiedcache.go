@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// listenedCache is a bounded, in-memory map whose entries are only
+// notifiedCache is a bounded, in-memory map whose entries are only
 // trustworthy while a listener hears the notifications that invalidate
 // them (the API key cache and the routing cache, on StartKeyCache's
 // listener). It is off (empty, refusing entries) until enabled, and
@@ -20,7 +20,7 @@ import (
 // was read before a change that was heard (or before the listener went down
 // or came back) after the read began: nothing stale is cached after its
 // invalidation.
-type listenedCache[K comparable, V any] struct {
+type notifiedCache[K comparable, V any] struct {
 	maxEntries int
 	maxAge     time.Duration
 	now        func() time.Time // for maxAge; time.Now
@@ -38,19 +38,19 @@ type listenedEntry[V any] struct {
 	added time.Time
 }
 
-func newListenedCache[K comparable, V any](maxEntries int, maxAge time.Duration) *listenedCache[K, V] {
-	return &listenedCache[K, V]{maxEntries: maxEntries, maxAge: maxAge, now: time.Now, entries: make(map[K]*listenedEntry[V])}
+func newNotifiedCache[K comparable, V any](maxEntries int, maxAge time.Duration) *notifiedCache[K, V] {
+	return &notifiedCache[K, V]{maxEntries: maxEntries, maxAge: maxAge, now: time.Now, entries: make(map[K]*listenedEntry[V])}
 }
 
 // lookup returns k's value when the cache is on and holds a fresh entry.
-func (c *listenedCache[K, V]) lookup(k K) (V, bool) {
+func (c *notifiedCache[K, V]) lookup(k K) (V, bool) {
 	return c.lookupFunc(k, nil)
 }
 
 // lookupFunc is lookup that, on a hit, first calls hit (unless nil) with
 // the stored value, under the cache's lock: what hit changes is kept and
 // returned.
-func (c *listenedCache[K, V]) lookupFunc(k K, hit func(*V)) (V, bool) {
+func (c *notifiedCache[K, V]) lookupFunc(k K, hit func(*V)) (V, bool) {
 	var zero V
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -73,7 +73,7 @@ func (c *listenedCache[K, V]) lookupFunc(k K, hit func(*V)) (V, bool) {
 
 // generation returns the current generation, to be read before the
 // database read whose result is then offered to put.
-func (c *listenedCache[K, V]) generation() uint64 {
+func (c *notifiedCache[K, V]) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
@@ -81,7 +81,7 @@ func (c *listenedCache[K, V]) generation() uint64 {
 
 // put stores v under k if the cache is on and nothing was invalidated
 // since gen was read; it reports whether it did.
-func (c *listenedCache[K, V]) put(gen uint64, k K, v V) bool {
+func (c *notifiedCache[K, V]) put(gen uint64, k K, v V) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.enabled || gen != c.gen {
@@ -99,7 +99,7 @@ func (c *listenedCache[K, V]) put(gen uint64, k K, v V) bool {
 
 // invalidate drops k's entry (every entry when all) and advances the
 // generation, so no read that began before it is cached after it.
-func (c *listenedCache[K, V]) invalidate(k K, all bool) {
+func (c *notifiedCache[K, V]) invalidate(k K, all bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
@@ -112,7 +112,7 @@ func (c *listenedCache[K, V]) invalidate(k K, all bool) {
 
 // setEnabled turns the cache on or off; either way it is emptied and the
 // generation advances.
-func (c *listenedCache[K, V]) setEnabled(on bool) {
+func (c *notifiedCache[K, V]) setEnabled(on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
@@ -121,14 +121,14 @@ func (c *listenedCache[K, V]) setEnabled(on bool) {
 }
 
 // isEnabled reports whether the cache is on (its listener is healthy).
-func (c *listenedCache[K, V]) isEnabled() bool {
+func (c *notifiedCache[K, V]) isEnabled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.enabled
 }
 
 // len returns the number of entries.
-func (c *listenedCache[K, V]) len() int {
+func (c *notifiedCache[K, V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
