@@ -56,7 +56,7 @@ func decodeStrict(raw []byte, dst any) error {
 		case errors.As(err, &fe):
 			return orchestrator.ParamError(fe.field, "%s", fe.msg)
 		case errors.As(err, &ute):
-			field := ute.Field
+			field := indexPath(ute.Field, reflect.TypeOf(dst))
 			if field == "" {
 				// Since Go 1.27 encoding/json no longer says which field
 				// a custom unmarshaler (strictBool) refused.
@@ -212,6 +212,53 @@ func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
 		}
 	}
 	return nil, false
+}
+
+// indexPath writes encoding/json's path of a type error the way the
+// API's other errors name a field: since Go 1.27 it names an element of
+// a slice by its index as a segment of its own (connectors.0.weight);
+// that becomes connectors[0].weight. Segments are read against t, so a
+// map's numeric key stays a key.
+func indexPath(path string, t reflect.Type) string {
+	if path == "" {
+		return ""
+	}
+	var b strings.Builder
+	for i, seg := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && isDigits(seg):
+			b.WriteString("[" + seg + "]")
+			t = t.Elem()
+			continue
+		case t != nil && t.Kind() == reflect.Struct:
+			t, _ = jsonField(t, seg)
+		case t != nil && t.Kind() == reflect.Map:
+			t = t.Elem()
+		default:
+			t = nil
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
+// isDigits reports whether s is a non-empty run of ASCII digits.
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // strictBoolRefused names the top-level member of raw that a strictBool

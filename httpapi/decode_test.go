@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/payorch/payorch/orchestrator"
@@ -86,4 +87,32 @@ func FuzzDecodeRoutingRules(f *testing.F) {
 			t.Fatalf("decode error with code %s: %v", orchestrator.ErrorCode(err), err)
 		}
 	})
+}
+
+// TestIndexPath: encoding/json's type-error paths (Go 1.27 names a slice
+// element as a segment of its own) become the API's field names; a map's
+// numeric key stays a key.
+func TestIndexPath(t *testing.T) {
+	type conn struct {
+		Weight int `json:"weight"`
+	}
+	type choice struct {
+		Connectors []conn `json:"connectors"`
+	}
+	type body struct {
+		Default  choice            `json:"default"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	typ := reflect.TypeFor[*body]()
+	for in, want := range map[string]string{
+		"default.connectors.0.weight":  "default.connectors[0].weight",
+		"default.connectors.12.weight": "default.connectors[12].weight",
+		"default.connectors.weight":    "default.connectors.weight", // Go 1.26's spelling
+		"metadata.0":                   "metadata.0",
+		"":                             "",
+	} {
+		if got := indexPath(in, typ); got != want {
+			t.Errorf("indexPath(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

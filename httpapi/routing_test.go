@@ -119,7 +119,7 @@ func TestRoutingAPI(t *testing.T) {
 				"default.connectors[0].colour", "unknown field"},
 			{"UnknownTopLevelField", `{"default":` + prio + `,"colour":"red"}`, "colour", "unknown field"},
 			{"WrongType", `{"default":{"strategy":"volume_split","connectors":[{"name":"fake","weight":"all"}]}}`,
-				"default.connectors.weight", ""},
+				"default.connectors[0].weight", ""},
 			{"EmptyBody", ``, "default.strategy", ""},
 			{"NotAnObject", `[]`, "", "JSON object"},
 			{"DuplicateMember", `{"default":` + prio + `,"default":` + prio + `}`, "default", ""},
