@@ -114,9 +114,15 @@ type AuthorizeRequest struct {
 	AmountMinor int64
 	// Currency is ISO 4217 alpha-3, upper case.
 	Currency string
-	// PaymentMethod is a provider payment method ("pm_card_visa").
+	// PaymentMethod is a provider payment method ("pm_card_visa"), or,
+	// when Card is set, the id of the vaulted method the card comes from
+	// (never to be sent to the provider: it knows nothing of it).
 	PaymentMethod string
-	Description   string
+	// Card, when set, is the card to charge, in the clear: the adapter
+	// sends it in place of PaymentMethod (every adapter takes cards) and
+	// keeps it out of every log, span and error message it writes.
+	Card        *Card
+	Description string
 	// ExtendedAuthorization asks for the provider's longest hold where it
 	// has one (Stripe: payment_method_options.card.
 	// request_extended_authorization=if_available); the hold's
