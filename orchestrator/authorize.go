@@ -143,6 +143,10 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	if err := in.Validate(s); err != nil {
 		return Outcome{}, err
 	}
+	card, err := s.vaultedCard(ctx, in.TenantID, in.PaymentMethod)
+	if err != nil {
+		return Outcome{}, err
+	}
 	version, route, err := s.routeFor(ctx, in)
 	if err != nil {
 		return Outcome{}, err
@@ -158,7 +162,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
 		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
 		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
-		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "now": s.now(),
+		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": card, "now": s.now(),
 	}))
 	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	created := err == nil
@@ -215,10 +219,10 @@ const createPaymentSQL = `
 	WITH p AS (
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 			currency, provider, payment_method, description, metadata, created_at, updated_at,
-			routing_version, route, attempt, on_expiry, extended_authorization)
+			routing_version, route, attempt, on_expiry, extended_authorization, card)
 		SELECT @tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
 			@currency, @provider, @payment_method, @description, @metadata, @now, @now,
-			@routing_version, @route, 1, @on_expiry, @extended_authorization
+			@routing_version, @route, 1, @on_expiry, @extended_authorization, @card
 		-- Only while the request's claim is there (its commit may not have
 		-- waited for its flush: claimOrReadSQL).
 		WHERE @claim_token::uuid IS NULL OR EXISTS (SELECT 1 FROM idempotency_keys k
@@ -356,8 +360,22 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 		},
 	}
 	var hold providers.Hold
-	call, err := s.runProviderCall(ctx, *p, "authorize", fwd, func(ctx context.Context) error {
-		var err error
+	call, err := s.runProviderCall(ctx, *p, "authorize", fwd, func(ctx context.Context) (err error) {
+		// A vaulted card is decrypted for this call only, and every
+		// attempt's adapter gets the same card: whichever connector runs
+		// the attempt can charge it. Failing over cannot charge it twice:
+		// the next attempt starts only when this one certainly moved no
+		// money (failover.go).
+		if IsVaulted(p.PaymentMethod) {
+			card, rerr := s.revealCard(ctx, *p)
+			if rerr != nil {
+				return rerr
+			}
+			req.Card = card
+			// What an adapter's error quotes of the request must not keep
+			// the card (it goes to logs, spans and the payment's history).
+			defer func() { err = scrubCardError(err, card) }()
+		}
 		hold, err = prov.Authorize(ctx, req)
 		return err
 	})
@@ -487,6 +505,10 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledRow])
 	out := row.Payment
 	out.normalize()
+	if err == nil {
+		// This execution settled it: the one to apply the card rules.
+		s.afterVaultedAuthorization(ctx, out)
+	}
 	if isNoRows(err) {
 		// Settled meanwhile by another execution or the resolver (the call
 		// is recorded all the same).

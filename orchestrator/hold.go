@@ -216,7 +216,7 @@ const pickLapsedSQL = `
 	RETURNING t.tenant_id, t.id, t.status, t.amount_minor, t.currency, t.captured_minor, t.refunded_minor,
 		t.provider, t.provider_ref, t.payment_method, t.idempotency_key, t.description, t.metadata, t.failure_code,
 		t.capture_before, t.created_at, t.updated_at, t.routing_version, t.route, t.attempt, t.on_expiry,
-		t.extended_authorization`
+		t.extended_authorization, t.card`
 
 // expireLapsedHolds looks every authorized payment past its deadline up at
 // its provider and records what the provider says: lapsed (expired, or

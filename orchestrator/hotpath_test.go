@@ -71,6 +71,7 @@ var hotPathArgs = map[string]string{
 	"attempt":                "1",
 	"on_expiry":              "'none'",
 	"extended_authorization": "false",
+	"card":                   "NULL::jsonb",
 	"synchronous_commit":     "'off'",
 	"attempt_outcome":        "'authorized'",
 	"claim_tenant_id":        ":tenant_id",

@@ -102,6 +102,9 @@ type Payment struct {
 	// ExtendedAuthorization says the authorize asked the provider for its
 	// longest hold (Stripe's request_extended_authorization).
 	ExtendedAuthorization bool `json:"extended_authorization" db:"extended_authorization"`
+	// Card is the card of a method of payorch's vault, as anyone may see
+	// it; nil for a provider's own token.
+	Card *CardSummary `json:"card" db:"card"`
 }
 
 // paymentColumns are the columns every statement that returns a payment
@@ -111,7 +114,7 @@ type Payment struct {
 const paymentColumns = `tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-		request_hash, field_hashes`
+		card, request_hash, field_hashes`
 
 // paymentRow is a payments row as statements return it (paymentColumns):
 // the Payment and the fingerprint of the request that created it.

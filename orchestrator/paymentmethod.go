@@ -1,8 +1,17 @@
 package orchestrator
 
-// A payment method's shape is the provider's to judge: each adapter says
-// which it accepts (providers.Provider.CheckPaymentMethod), and the domain
-// asks the adapter of the connector a payment goes to.
+import (
+	"context"
+	"errors"
+
+	"github.com/payorch/payorch/providers"
+)
+
+// A payment method is either a card of payorch's vault ("vpm_…"), which
+// every connector charges (each adapter takes providers.Card), or a
+// provider's own token, whose shape is the provider's to judge: each
+// adapter says which it accepts (providers.Provider.CheckPaymentMethod),
+// and the domain asks the adapter of the connector a payment goes to.
 
 // checkPaymentMethod checks pm against the adapter of connector before
 // anything is claimed or written. Errors: validation_failed on
@@ -10,6 +19,12 @@ package orchestrator
 // adapter (only tests of input validation build one) has no rule to apply:
 // pm passes.
 func (s *Service) checkPaymentMethod(connector, pm string) error {
+	if IsVaulted(pm) {
+		if s.vault == nil {
+			return ParamError("payment_method", "payment_method names a card of payorch's vault, and the vault is not configured")
+		}
+		return nil
+	}
 	p := s.providers[connector]
 	if p == nil {
 		return nil
@@ -53,4 +68,102 @@ func (s *Service) paymentMethodAccepted(pm string) error {
 		return first
 	}
 	return ParamError("payment_method", "no enabled connector accepts payment_method")
+}
+
+// vaultedCard returns the card of a new payment's vaulted method, to be
+// shown on the payment, or nil for a provider token. Errors:
+// validation_failed on payment_method when the method does not exist (in
+// the tenant's vault) or was deleted: it can never be charged, and no
+// provider is called.
+func (s *Service) vaultedCard(ctx context.Context, tenantID int64, pm string) (*CardSummary, error) {
+	if !IsVaulted(pm) || s.vault == nil {
+		return nil, nil // checkPaymentMethod refused a vaulted method without a vault
+	}
+	card, err := s.vault.Summary(ctx, tenantID, pm)
+	if err != nil {
+		return nil, vaultError(err)
+	}
+	return &card, nil
+}
+
+// vaultError is the answer to a vault's refusal of a payment's method:
+// a method that is not found (never created, of another tenant, or
+// deleted) is validation_failed on payment_method, as a provider token
+// the provider does not know would be; the vault's other refusals (an
+// expired card) keep their code; anything else is internal.
+func vaultError(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return internalf("vault: %w", err)
+	}
+	if e.Code == CodeNotFound {
+		return ParamError("payment_method", "payment_method names no card of your vault (it was never created, or was deleted)")
+	}
+	return e
+}
+
+// revealCard decrypts the card of p's vaulted method for one
+// authorization call. A card that cannot be read is an error of the
+// call, before anything is sent: KindRejected (the payment fails, as a
+// refused method does) when the method was deleted since the payment was
+// created, or its card expired; KindNotExecuted (the payment stays
+// pending, tried again) when the vault could not be read.
+func (s *Service) revealCard(ctx context.Context, p Payment) (*providers.Card, error) {
+	card, err := s.vault.Reveal(ctx, p.TenantID, p.PaymentMethod, RevealAuthorize)
+	if err == nil {
+		return &card, nil
+	}
+	var e *Error
+	if errors.As(err, &e) && (e.Code == CodeNotFound || e.Code == CodeValidationFailed) {
+		return nil, &providers.Error{Kind: providers.KindRejected, Code: CodePaymentMethodUnavailable,
+			Message: "the vaulted payment method can no longer be charged (deleted or expired)"}
+	}
+	return nil, &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeProviderUnavailable,
+		Message: "the vault could not be read; nothing was sent", Err: err}
+}
+
+// CodePaymentMethodUnavailable is a payment's failure code when its
+// vaulted method was deleted, or its card expired, before the provider
+// was called.
+const CodePaymentMethodUnavailable = "payment_method_unavailable"
+
+// afterVaultedAuthorization does what a vaulted method's card rules ask
+// once an authorization of payment p is answered (settled: authorized or
+// failed): the CVC is erased (it must not be kept after the first
+// authorization that used it), and a decline is counted against the
+// method. Best effort: the payment is settled already; a failure is
+// logged, and the vault's CVC lifetime erases the CVC regardless.
+func (s *Service) afterVaultedAuthorization(ctx context.Context, p Payment) {
+	if !IsVaulted(p.PaymentMethod) || s.vault == nil || p.Status == StatusPending {
+		return
+	}
+	if err := s.vault.ForgetCVC(ctx, p.TenantID, p.PaymentMethod); err != nil {
+		s.logger.ErrorContext(ctx, "vault: CVC not erased after authorization; its lifetime will", "payment_id", p.ID, "error", err)
+	}
+	if p.Status == StatusFailed && p.FailureCode != nil && *p.FailureCode != CodePaymentMethodUnavailable {
+		if err := s.vault.CountDecline(ctx, p.TenantID, p.PaymentMethod); err != nil {
+			s.logger.ErrorContext(ctx, "vault: decline not counted", "payment_id", p.ID, "error", err)
+		}
+	}
+}
+
+// scrubCardError returns err with every trace of card removed from its
+// message (providers.ScrubCard), keeping its kind and code: an adapter's
+// error may quote the request it sent. Adapters scrub their own errors;
+// this is the domain's guarantee for any adapter, before the error
+// reaches a log, a span or the payment's history. When any error of the
+// chain quotes the card, the chain is dropped (its causes would print it).
+func scrubCardError(err error, card *providers.Card) error {
+	if err == nil || card == nil {
+		return err
+	}
+	dirty := false
+	for e := err; e != nil && !dirty; e = errors.Unwrap(e) {
+		dirty = providers.ScrubCard(e.Error(), card) != e.Error()
+	}
+	if !dirty {
+		return err
+	}
+	return &providers.Error{Kind: providers.KindOf(err), Code: providers.CodeOf(err),
+		Message: providers.ScrubCard(err.Error(), card)}
 }

@@ -43,6 +43,9 @@ type Config struct {
 	Clock func() time.Time
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
+	// Vault holds the cards of payment methods named "vpm_…"; nil when
+	// payorch's vault is off (then such a method is refused).
+	Vault CardVault
 	// Providers by name; DefaultProvider is used when a request names none.
 	Providers       map[string]providers.Provider
 	DefaultProvider string
@@ -98,6 +101,7 @@ type Service struct {
 	lease            time.Duration
 	keyTTL           time.Duration
 	tel              *telemetry
+	vault            CardVault
 	// replays holds completed keys for replays; nil when off.
 	replays *replayCache
 
@@ -127,7 +131,7 @@ func NewService(cfg Config) *Service {
 		keys: newKeyCache(keyCacheMaxEntries, keyCacheMaxAge), replays: newReplayCache(cfg.ReplayCache),
 		routes:      newRoutingCache(routingCacheMaxEntries, routingCacheMaxAge),
 		unknownKeys: newUnknownKeys(unknownKeyMaxEntries, unknownKeyMaxAge)}
-	s.schemaVersions, s.listenConfig = cfg.SchemaVersions, cfg.ListenConfig
+	s.schemaVersions, s.listenConfig, s.vault = cfg.SchemaVersions, cfg.ListenConfig, cfg.Vault
 	s.connectors, s.maxAttempts = cfg.Connectors, cfg.MaxAttempts
 	if s.maxAttempts <= 0 {
 		s.maxAttempts = DefaultMaxAttempts

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -24,6 +26,43 @@ import (
 // or 409 idempotency_key_in_use.
 func TestFailoverStormOverThreeServeProcesses(t *testing.T) {
 	t.Parallel()
+	failoverStorm(t, 6, 40, nil)
+}
+
+// TestFailoverStormWithAVaultedCard is the storm with a card of payorch's
+// vault: whichever fake runs an attempt charges the same card, and there
+// is still one hold per payment.
+func TestFailoverStormWithAVaultedCard(t *testing.T) {
+	t.Parallel()
+	failoverStorm(t, 4, 20, map[string]string{"PAYORCH_VAULT_KEYS": testVaultKeys, "PAYORCH_VAULT_FINGERPRINT_KEY": testVaultFingerprintKey})
+}
+
+// Vault keys of the tests (never of a real deployment): 32 bytes each.
+const (
+	testVaultKeys           = "1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+	testVaultFingerprintKey = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI="
+)
+
+// createCard tokenizes a card through base's API with apiKey and returns
+// the method's id.
+func createCard(t *testing.T, base, apiKey, number string) string {
+	t.Helper()
+	body := `{"type":"card","card":{"number":"` + number + `","exp_month":12,"exp_year":2099,"cvc":"123"}}`
+	status, b := call(t, "POST", base+"/v1/payment_methods", apiKey, "card-"+number, body)
+	if status != 201 {
+		t.Fatalf("create payment method: %d %s", status, b)
+	}
+	var pm struct{ ID string }
+	if err := json.Unmarshal(b, &pm); err != nil || !orchestrator.IsVaulted(pm.ID) {
+		t.Fatalf("create payment method: %s (%v)", b, err)
+	}
+	return pm.ID
+}
+
+// failoverStorm runs keys authorizations, perKey concurrent duplicates
+// each, over three serve processes routed fake_a then fake_b; a non-nil
+// vault configures payorch's vault and pays with a vaulted card.
+func failoverStorm(t *testing.T, keys, perKey int, vault map[string]string) {
 	w := newWorld(t, pgtest.URL(t))
 	fb, err := fake.Start("127.0.0.1:0", fake.Config{TimeoutHang: 20 * time.Second})
 	if err != nil {
@@ -61,10 +100,13 @@ func TestFailoverStormOverThreeServeProcesses(t *testing.T) {
 		"PAYORCH_DEFAULT_PROVIDER":       "fake_a",
 		"PAYORCH_BREAKER_MIN_CALLS":      "1000", // keep fake_a in the route: this test is about failover
 	})
+	maps.Copy(env, vault)
 	servers := []*server{startServe(t, env), startServe(t, env), startServe(t, env)}
 
-	const keys, perKey = 6, 40
 	body := `{"amount_minor":4200,"currency":"GBP"}`
+	if vault != nil {
+		body = `{"amount_minor":4200,"currency":"GBP","payment_method":"` + createCard(t, servers[0].base, w.key, "4242424242424242") + `"}`
+	}
 	answers := make([][]answer, keys)
 	var wg sync.WaitGroup
 	for k := range keys {
