@@ -35,6 +35,8 @@ Usage:
   payorch migrate                                  apply pending migrations
   payorch tenants create --name NAME [--json]      create a tenant and its first merchant key
   payorch tenants list [--json]
+  payorch tenants origins --tenant N [--set ORIGIN,…] [--json]
+                                                   read or set the browser origins of its publishable keys
   payorch apikeys create --role ROLE [--tenant N] [--description D] [--json]
   payorch apikeys list [--tenant N] [--json]
   payorch apikeys revoke KEY_ID [--json]
