@@ -61,6 +61,20 @@ type Config struct {
 	AuthFailureLimit int
 	// AuthFailureWindow defaults to 1 minute.
 	AuthFailureWindow time.Duration
+	// PublishableKeyLimit is how many payment methods one publishable key
+	// may create per minute (a bucket of that many that refills evenly
+	// over the minute); past it 429 rate_limited with Retry-After. 0 means
+	// 300; negative turns the limit off. Per instance.
+	PublishableKeyLimit int
+	// PublishableClientLimit is how many payment methods publishable keys
+	// may create per minute from one client address (an IPv4 address, an
+	// IPv6 /64), whatever the key: card testers try many numbers from few
+	// addresses. 0 means 20; negative turns the limit off. Per instance.
+	PublishableClientLimit int
+	// AllowHTTPLoopbackOrigins lets a tenant's browser origins be http://
+	// on a loopback host (localhost, 127.0.0.0/8, [::1]): for development
+	// and tests, never in production. Otherwise only https origins.
+	AllowHTTPLoopbackOrigins bool
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the
 	// client (the console's sign-in limit and the API's limit on failed
 	// authentications count per client address) and
@@ -120,6 +134,9 @@ type Server struct {
 	// authFailures counts failed API authentications per client address;
 	// nil when the limit is off.
 	authFailures *rateLimiter
+	// ppkKeys and ppkClients throttle the payment methods publishable
+	// keys create, per key and per client address; nil when off.
+	ppkKeys, ppkClients *rateLimiter
 	// secureCookies makes every console cookie Secure: the public URL is
 	// https, or Serve serves TLS itself.
 	secureCookies bool
@@ -168,6 +185,8 @@ func New(cfg Config) *Server {
 	}
 	s.signInLimiter = newSignInLimiter(cfg)
 	s.authFailures = newAuthFailureLimiter(cfg)
+	s.ppkKeys = newPublishableLimiter(cfg.PublishableKeyLimit, defaultPublishableKeyLimit, cfg.Clock)
+	s.ppkClients = newPublishableLimiter(cfg.PublishableClientLimit, defaultPublishableClientLimit, cfg.Clock)
 	s.secureCookies = cfg.TLSConfig != nil || (cfg.PublicURL != nil && cfg.PublicURL.Scheme == "https")
 	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.SchemeExtractor = clientScheme(cfg.TrustedProxies)
@@ -204,6 +223,8 @@ func (s *Server) routes() {
 
 	// Providers' webhooks: signed, not keyed (inbound.go).
 	e.POST(webhookPrefix+":connector", s.receiveWebhook)
+	// Browsers' CORS preflight carries no key (publishable.go).
+	e.OPTIONS(routePaymentMethods, s.preflightPaymentMethods)
 
 	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
 	v1.GET("/me", s.getMe)
@@ -212,6 +233,8 @@ func (s *Server) routes() {
 	v1.GET("/tenants/:id/routing", s.getRouting, requireRole(orchestrator.RoleAdmin))
 	v1.PUT("/tenants/:id/routing", s.putRouting, requireRole(orchestrator.RoleAdmin))
 	v1.GET("/tenants/:id/routing/versions", s.listRoutingVersions, requireRole(orchestrator.RoleAdmin))
+	v1.GET("/tenants/:id/browser_origins", s.getBrowserOrigins, requireRole(orchestrator.RoleAdmin))
+	v1.PUT("/tenants/:id/browser_origins", s.putBrowserOrigins, requireRole(orchestrator.RoleAdmin))
 
 	merchant := requireRole(orchestrator.RoleMerchant)
 	readers := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
