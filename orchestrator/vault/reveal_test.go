@@ -159,3 +159,36 @@ func TestCountDecline(t *testing.T) {
 	}
 	wantCode(t, f.vault.CountDecline(ctx, f.other, pm.ID), orchestrator.CodeNotFound, "payment_method")
 }
+
+func TestCVCSweeperErasesExpiredCVCs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	old := mustCreate(t, f.vault, createInput(f.tenant, "old", visa()))
+	f.clock.Add(30 * time.Minute)
+	young := mustCreate(t, f.vault, createInput(f.tenant, "young", visa()))
+	f.clock.Add(30 * time.Minute)
+
+	job := f.vault.CVCSweeperJob(time.Hour) // one run, at Start
+	job.Start(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var left []string
+		rows, _ := f.pool.Query(ctx, `SELECT id FROM payment_methods WHERE cvc_ciphertext IS NOT NULL ORDER BY id`)
+		for rows.Next() {
+			var id string
+			_ = rows.Scan(&id)
+			left = append(left, id)
+		}
+		if rows.Err() == nil && len(left) == 1 && left[0] == young.ID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CVCs left: %v, want only %s", left, young.ID)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	job.Stop()
+	wantCVC(t, f.vault, f.tenant, old.ID, "")
+	wantCVC(t, f.vault, f.tenant, young.ID, "123")
+}
