@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/reconcile"
 )
@@ -38,6 +39,9 @@ type Config struct {
 	Reconciler *reconcile.Reconciler
 	// Webhooks serves the webhook endpoints and the events' deliveries.
 	Webhooks *webhooks.Service
+	// Vault serves the payment methods API and the card form; nil (no
+	// vault configured) makes them answer 503 service_unavailable.
+	Vault *vault.Vault
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
 	// RateLimit is the sustained requests per second allowed per API key,
@@ -121,6 +125,7 @@ type Server struct {
 	svc     *orchestrator.Service
 	rec     *reconcile.Reconciler
 	hooks   *webhooks.Service
+	vault   *vault.Vault
 	logger  *slog.Logger
 	limiter *rateLimiter
 	cfg     Config
@@ -171,6 +176,7 @@ func New(cfg Config) *Server {
 		svc:    cfg.Service,
 		rec:    cfg.Reconciler,
 		hooks:  cfg.Webhooks,
+		vault:  cfg.Vault,
 		logger: cfg.Logger,
 		cfg:    cfg,
 		now:    cfg.Clock,
@@ -247,6 +253,14 @@ func (s *Server) routes() {
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
+	// Payment methods: support reads them as it reads payments; a
+	// publishable key may only create (authenticate, browserGate).
+	methodReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
+	v1.POST("/payment_methods", s.createPaymentMethod,
+		requireRole(orchestrator.RoleMerchant, orchestrator.RolePublishable), s.requireVault, s.browserGate)
+	v1.GET("/payment_methods", s.listPaymentMethods, methodReaders, s.requireVault)
+	v1.GET("/payment_methods/:id", s.getPaymentMethod, methodReaders, s.requireVault)
+	v1.DELETE("/payment_methods/:id", s.deletePaymentMethod, merchant, s.requireVault)
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
 	// Deliveries: a merchant's own, support every merchant's, finance and
