@@ -17,6 +17,7 @@ import (
 
 	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
@@ -279,6 +280,18 @@ type config struct {
 	// OTLPProtocol (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 	// OTEL_EXPORTER_OTLP_PROTOCOL): only http/protobuf is built in.
 	OTLPProtocol string
+	// VaultKeys (PAYORCH_VAULT_KEYS) are the vault's key-encryption keys,
+	// "1:<base64 of 32 bytes>,2:<…>": the highest version wraps new cards'
+	// data keys, the others unwrap those not yet rotated (`payorch vault
+	// rotate`). VaultFingerprintKey (PAYORCH_VAULT_FINGERPRINT_KEY, base64
+	// of 32 bytes) keys card fingerprints. Both or neither: without them
+	// the vault is off (and production refuses to start if it holds cards).
+	// `dev` generates both into DataDir/vault.keys when unset.
+	VaultKeys           string
+	VaultFingerprintKey string
+	// VaultCVCTTL (PAYORCH_VAULT_CVC_TTL) is how long a card's CVC is kept
+	// when no authorization used it: 1s to 1h.
+	VaultCVCTTL time.Duration
 	// DebugListen (PAYORCH_DEBUG_LISTEN) serves Go's profiler
 	// (/debug/pprof/) on a separate loopback address; empty (the default)
 	// turns it off.
@@ -327,6 +340,8 @@ func defaultConfig() config {
 		ReconcileSchedule: "0 3 * * *",
 		ReconcileTZ:       "UTC",
 		ReconcileGrace:    2 * time.Hour,
+
+		VaultCVCTTL: vault.DefaultCVCTTL,
 	}
 }
 
@@ -496,6 +511,9 @@ func (c *config) readProviders(e *envReader) {
 	e.num("PAYORCH_BREAKER_MIN_CALLS", &c.Breaker.MinCalls)
 	e.num("PAYORCH_BREAKER_ERROR_PERCENT", &c.Breaker.ErrorPercent)
 	e.dur("PAYORCH_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
+	e.str("PAYORCH_VAULT_KEYS", &c.VaultKeys)
+	e.str("PAYORCH_VAULT_FINGERPRINT_KEY", &c.VaultFingerprintKey)
+	e.dur("PAYORCH_VAULT_CVC_TTL", &c.VaultCVCTTL)
 }
 
 // readTelemetry reads logging, metrics, tracing and debugging.
@@ -512,7 +530,7 @@ func (c *config) readTelemetry(e *envReader) {
 // validate names the first bad field.
 func (c config) validate() error {
 	for _, check := range []func() error{c.validateServer, c.validateJobs, c.validateDatabase, c.validateFake,
-		c.validateConnectors, c.validateListeners} {
+		c.validateConnectors, c.validateListeners, c.validateVault} {
 		if err := check(); err != nil {
 			return err
 		}

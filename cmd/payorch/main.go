@@ -43,6 +43,7 @@ Usage:
   payorch reconcile [--provider CONNECTOR] [--date YYYY-MM-DD] [--json]
                                                    reconcile one business day now
   payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
+  payorch vault rotate [--batch N]                 re-wrap every card's data key under the newest PAYORCH_VAULT_KEYS version
   payorch fakeprovider [--listen ADDR] [--admin-token T] [--hold-lifetime D] [--state FILE]
                                                    run the fake provider standalone
   payorch version
@@ -96,6 +97,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return cmdReconcile(ctx, cfg, rest, stdout)
 	case "resolve":
 		return cmdResolve(ctx, cfg, rest, stdout)
+	case "vault":
+		return cmdVault(ctx, cfg, rest, stdout)
 	case "fakeprovider":
 		return cmdFakeProvider(ctx, cfg, rest)
 	case "version":

@@ -319,6 +319,9 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 			t.Errorf("no state file %s: %v", name, err)
 		}
 	}
+	if st, err := os.Stat(filepath.Join(dir, "vault.keys")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("dev's vault keys: %v (want a file of mode 0600)", err)
+	}
 	pidFile := dir + "/pgdata/postmaster.pid"
 	if _, err := os.Stat(pidFile); err != nil {
 		t.Fatalf("no running cluster in the data folder: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/payorch/payorch/internal/background"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -94,7 +95,13 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		defer cancel()
 		stopProviders(sctx)
 	}()
-	svc, err := newService(cfg, pool, logger, provs, tel, m.Versions)
+	// The vault (nil: off) is the payment domain's, for the cards of
+	// vaulted methods, and the API's, for /v1/payment_methods.
+	cards, err := openVault(ctx, cfg, pool, logger, tel)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(cfg, pool, logger, provs, tel, m.Versions, cards)
 	if err != nil {
 		return err
 	}
@@ -112,7 +119,7 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	}
 	rec := newReconciler(cfg, backoffice, replica, logger, provs, tel)
 	hooks := newWebhooks(cfg, pool, logger, tel)
-	jobs, err := backgroundJobs(cfg, svc, hooks, rec, logger)
+	jobs, err := backgroundJobs(cfg, svc, hooks, rec, cards, logger)
 	if err != nil {
 		return err
 	}
@@ -222,7 +229,7 @@ func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service
 // Several instances may run all of them at once. A job whose interval is
 // 0 is off.
 func backgroundJobs(cfg config, svc *orchestrator.Service, hooks *webhooks.Service, rec *reconcile.Reconciler,
-	logger *slog.Logger) ([]background.Job, error) {
+	cards *vault.Vault, logger *slog.Logger) ([]background.Job, error) {
 	var jobs []background.Job
 	switch {
 	case cfg.APIKeyCache && cfg.listenURL() == "":
@@ -245,6 +252,10 @@ func backgroundJobs(cfg config, svc *orchestrator.Service, hooks *webhooks.Servi
 	}
 	if cfg.SweepInterval > 0 {
 		jobs = append(jobs, svc.KeySweeperJob(cfg.SweepInterval), rec.AbandonedRunsJob(cfg.SweepInterval))
+	}
+	if cards != nil {
+		// Not behind a setting: card rules forbid keeping a CVC.
+		jobs = append(jobs, cards.CVCSweeperJob(cvcSweepInterval))
 	}
 	if cfg.ReconcileSchedule != "off" {
 		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
@@ -270,17 +281,22 @@ func loadTLS(cfg config) (*tls.Config, error) {
 }
 
 // newService wires the domain; schemaVersions (nil for one-shot commands)
-// lets its readiness check (/readyz) see whether migrations are current.
+// lets its readiness check (/readyz) see whether migrations are current,
+// and cards (nil: off) holds the cards of vaulted payment methods.
 // The key cache's listener connects to cfg.listenURL() when that is not
 // DATABASE_URL (DATABASE_DIRECT_URL).
 func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry,
-	schemaVersions func(context.Context) (current, target int64, err error)) (*orchestrator.Service, error) {
+	schemaVersions func(context.Context) (current, target int64, err error), cards *vault.Vault) (*orchestrator.Service, error) {
 	var listen *pgx.ConnConfig
 	if u := cfg.listenURL(); u != "" && u != cfg.DatabaseURL {
 		var err error
 		if listen, err = pgx.ParseConfig(u); err != nil {
 			return nil, fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
 		}
+	}
+	var cardVault orchestrator.CardVault
+	if cards != nil {
+		cardVault = cards // never a nil *vault.Vault in a non-nil interface
 	}
 	return orchestrator.NewService(orchestrator.Config{
 		Pool:             pool,
@@ -300,6 +316,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		ReplayCache:      cfg.ReplayCache,
 		TracerProvider:   tel.tracerProvider,
 		MeterProvider:    tel.meterProvider,
+		Vault:            cardVault,
 	}), nil
 }
 
@@ -318,7 +335,11 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return err
 	}
 	defer o.close()
-	svc, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil)
+	cards, err := openVault(ctx, cfg, o.pool, o.logger, o.tel)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil, cards)
 	if err != nil {
 		return err
 	}
