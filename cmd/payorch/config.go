@@ -82,6 +82,15 @@ type config struct {
 	// address may make per minute; past it its API requests are answered
 	// 429 without reading the database. 0 turns the limit off.
 	AuthFailureLimit int
+	// PublishableKeyLimit (PAYORCH_PUBLISHABLE_KEY_LIMIT) is how many
+	// payment methods one publishable key may create per minute; 0 turns
+	// the limit off.
+	PublishableKeyLimit int
+	// PublishableClientLimit (PAYORCH_PUBLISHABLE_CLIENT_LIMIT) is how
+	// many payment methods publishable keys may create per minute from one
+	// client address, whatever the key (card testing); 0 turns the limit
+	// off.
+	PublishableClientLimit int
 	// TrustedProxies (PAYORCH_TRUSTED_PROXIES) are the reverse proxies,
 	// comma-separated addresses or CIDR ranges, whose X-Forwarded-For names
 	// the client; empty means the client is the connection's peer.
@@ -315,8 +324,10 @@ func defaultConfig() config {
 		BackofficeMaxConns: 4,
 		ReadReplicaMaxWait: readreplica.DefaultMaxWait,
 
-		ConsoleSignInLimit: 10,
-		AuthFailureLimit:   30,
+		ConsoleSignInLimit:     10,
+		AuthFailureLimit:       30,
+		PublishableKeyLimit:    300,
+		PublishableClientLimit: 20,
 
 		DefaultProvider:  "fake",
 		ProviderTimeout:  15 * time.Second,
@@ -449,6 +460,8 @@ func (c *config) readHTTP(e *envReader) {
 	}
 	e.num("PAYORCH_CONSOLE_SIGNIN_LIMIT", &c.ConsoleSignInLimit)
 	e.num("PAYORCH_AUTH_FAILURE_LIMIT", &c.AuthFailureLimit)
+	e.num("PAYORCH_PUBLISHABLE_KEY_LIMIT", &c.PublishableKeyLimit)
+	e.num("PAYORCH_PUBLISHABLE_CLIENT_LIMIT", &c.PublishableClientLimit)
 	if v := e.getenv("PAYORCH_TRUSTED_PROXIES"); v != "" {
 		for _, f := range strings.Split(v, ",") {
 			f = strings.TrimSpace(f)
@@ -549,6 +562,10 @@ func (c config) validateServer() error {
 		return errors.New("PAYORCH_CONSOLE_SIGNIN_LIMIT: must be 0 (off) or positive")
 	case c.AuthFailureLimit < 0:
 		return errors.New("PAYORCH_AUTH_FAILURE_LIMIT: must be 0 (off) or positive")
+	case c.PublishableKeyLimit < 0:
+		return errors.New("PAYORCH_PUBLISHABLE_KEY_LIMIT: must be 0 (off) or positive")
+	case c.PublishableClientLimit < 0:
+		return errors.New("PAYORCH_PUBLISHABLE_CLIENT_LIMIT: must be 0 (off) or positive")
 	case c.DevPGPort <= 0 || c.DevPGPort > 65535:
 		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
 	case c.ReplayCache < 0 || c.ReplayCache > 1_000_000:

@@ -172,10 +172,14 @@ func TestCLIErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"NoCommand":       {nil, nil, "no command"},
-		"UnknownCommand":  {nil, []string{"frobnicate"}, "unknown command"},
-		"BadRateLimit":    {map[string]string{"PAYORCH_RATE_LIMIT": "fast"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
-		"NegativeLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NoCommand":      {nil, nil, "no command"},
+		"UnknownCommand": {nil, []string{"frobnicate"}, "unknown command"},
+		"BadRateLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "fast"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NegativeLimit":  {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NegativePublishableKeyLimit": {map[string]string{"PAYORCH_PUBLISHABLE_KEY_LIMIT": "-1"}, []string{"version"},
+			"PAYORCH_PUBLISHABLE_KEY_LIMIT"},
+		"BadPublishableClientLimit": {map[string]string{"PAYORCH_PUBLISHABLE_CLIENT_LIMIT": "many"}, []string{"version"},
+			"PAYORCH_PUBLISHABLE_CLIENT_LIMIT"},
 		"BadLogLevel":     {map[string]string{"PAYORCH_LOG_LEVEL": "loud"}, []string{"version"}, "PAYORCH_LOG_LEVEL"},
 		"BadKeyCache":     {map[string]string{"PAYORCH_API_KEY_CACHE": "maybe"}, []string{"version"}, "PAYORCH_API_KEY_CACHE"},
 		"BadReplayCache":  {map[string]string{"PAYORCH_REPLAY_CACHE": "-5"}, []string{"version"}, "PAYORCH_REPLAY_CACHE"},

@@ -126,7 +126,7 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	stopJobs := background.Start(context.WithoutCancel(ctx), jobs...)
 	defer stopJobs()
 
-	srv := newAPIServer(cfg, svc, hooks, rec, logger, tel, metricsHandler, publicURL, tlsConfig)
+	srv := newAPIServer(cfg, apiParts{svc: svc, hooks: hooks, rec: rec, cards: cards}, logger, tel, metricsHandler, publicURL, tlsConfig)
 	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
 		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
@@ -190,22 +190,33 @@ func startSideListeners(cfg config, logger *slog.Logger, tel *telemetry) (metric
 	return nil, cfg.MetricsListen + "/metrics", func() { stopMetrics(); stopDebug() }, nil
 }
 
+// apiParts are the services the HTTP API serves; cards is nil when the
+// vault is off (its routes answer 503).
+type apiParts struct {
+	svc   *orchestrator.Service
+	hooks *webhooks.Service
+	rec   *reconcile.Reconciler
+	cards *vault.Vault
+}
+
+// offIfZero is a limit of the configuration (0: off) as httpapi's
+// (negative: off; 0 would be its default).
+func offIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 // newAPIServer is the HTTP API, the console and the health and metrics
 // endpoints, as cfg configures them.
-func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service, rec *reconcile.Reconciler,
-	logger *slog.Logger, tel *telemetry, metricsHandler http.Handler, publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
-	signInLimit := cfg.ConsoleSignInLimit
-	if signInLimit == 0 {
-		signInLimit = -1 // off
-	}
-	authFailureLimit := cfg.AuthFailureLimit
-	if authFailureLimit == 0 {
-		authFailureLimit = -1 // off
-	}
+func newAPIServer(cfg config, parts apiParts, logger *slog.Logger, tel *telemetry, metricsHandler http.Handler,
+	publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
 	return httpapi.New(httpapi.Config{
-		Reconciler:       rec,
-		Service:          svc,
-		Webhooks:         hooks,
+		Reconciler:       parts.rec,
+		Service:          parts.svc,
+		Webhooks:         parts.hooks,
+		Vault:            parts.cards,
 		Logger:           logger,
 		RateLimit:        cfg.RateLimit,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
@@ -214,11 +225,15 @@ func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service
 		MeterProvider:    tel.meterProvider,
 		MetricsHandler:   metricsHandler,
 
-		ConsoleSignInLimit: signInLimit,
-		AuthFailureLimit:   authFailureLimit,
-		TrustedProxies:     cfg.TrustedProxies,
-		PublicURL:          publicURL,
-		TLSConfig:          tlsConfig,
+		ConsoleSignInLimit:     offIfZero(cfg.ConsoleSignInLimit),
+		AuthFailureLimit:       offIfZero(cfg.AuthFailureLimit),
+		PublishableKeyLimit:    offIfZero(cfg.PublishableKeyLimit),
+		PublishableClientLimit: offIfZero(cfg.PublishableClientLimit),
+		// http://localhost origins are for trying the card form locally.
+		AllowHTTPLoopbackOrigins: cfg.Environment != envProduction,
+		TrustedProxies:           cfg.TrustedProxies,
+		PublicURL:                publicURL,
+		TLSConfig:                tlsConfig,
 	})
 }
 
