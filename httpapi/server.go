@@ -229,8 +229,10 @@ func (s *Server) routes() {
 
 	// Providers' webhooks: signed, not keyed (inbound.go).
 	e.POST(webhookPrefix+":connector", s.receiveWebhook)
-	// Browsers' CORS preflight carries no key (publishable.go).
+	// Browsers' CORS preflight carries no key (publishable.go); the card
+	// form carries its publishable key in its URL (cardform.go).
 	e.OPTIONS(routePaymentMethods, s.preflightPaymentMethods)
+	e.GET(routeCardForm, s.cardForm)
 
 	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
 	v1.GET("/me", s.getMe)
