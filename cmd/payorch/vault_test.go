@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -33,10 +35,10 @@ func TestVaultConfig(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		edit func(map[string]string)
-		want string // the variable the error names
+		want string // what the error says (it names the variable)
 	}{
-		"KeysWithoutFingerprintKey": {func(m map[string]string) { delete(m, "PAYORCH_VAULT_FINGERPRINT_KEY") }, "PAYORCH_VAULT_KEYS"},
-		"FingerprintKeyWithoutKeys": {func(m map[string]string) { delete(m, "PAYORCH_VAULT_KEYS") }, "PAYORCH_VAULT_KEYS"},
+		"KeysWithoutFingerprintKey": {func(m map[string]string) { delete(m, "PAYORCH_VAULT_FINGERPRINT_KEY") }, "set both"},
+		"FingerprintKeyWithoutKeys": {func(m map[string]string) { delete(m, "PAYORCH_VAULT_KEYS") }, "set both"},
 		"ShortKey":                  {func(m map[string]string) { m["PAYORCH_VAULT_KEYS"] = "1:" + vaultTestKey("a")[:30] }, "PAYORCH_VAULT_KEYS"},
 		"NoVersion":                 {func(m map[string]string) { m["PAYORCH_VAULT_KEYS"] = vaultTestKey("a") }, "PAYORCH_VAULT_KEYS"},
 		"CVCKeptTooLong":            {func(m map[string]string) { m["PAYORCH_VAULT_CVC_TTL"] = "2h" }, "PAYORCH_VAULT_CVC_TTL"},
@@ -186,4 +188,52 @@ func TestServeSweepsCVCsWhenTheVaultIsOn(t *testing.T) {
 	if off := names(nil); slices.Contains(off, "cvc-sweeper") {
 		t.Fatalf("jobs with the vault off: %v", off)
 	}
+}
+
+func TestVaultDecryptionsAreExportedToPrometheus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	logger := newLogger(config{LogLevel: "error"})
+	tel, err := startTelemetry(ctx, config{LogLevel: "error"}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tel.stop)
+	cfg := config{VaultKeys: "1:" + vaultTestKey("a"), VaultFingerprintKey: vaultTestKey("f"), VaultCVCTTL: vault.DefaultCVCTTL}
+	v, err := openVault(ctx, cfg, pool, logger, tel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('t') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	pm, err := v.Create(ctx, vault.CreateInput{TenantID: tenant, Key: "k", RequestHash: []byte{1},
+		Card: vault.CardInput{Number: "4242424242424242", ExpMonth: 12, ExpYear: 2099}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := v.Reveal(ctx, tenant, pm.ID, orchestrator.RevealAuthorize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	tel.metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := regexp.MustCompile(`(?m)^payorch_vault_decryptions_total\{[^}]*reason="authorize"[^}]*\} 2$`)
+	if !want.MatchString(rec.Body.String()) {
+		t.Fatalf("no payorch_vault_decryptions_total of 2 for authorize in /metrics:\n%s", grepLines(rec.Body.String(), "vault"))
+	}
+}
+
+// grepLines keeps the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }

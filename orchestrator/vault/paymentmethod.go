@@ -97,6 +97,9 @@ func (v *Vault) Create(ctx context.Context, in CreateInput) (PaymentMethod, erro
 	if in.Metadata == nil {
 		args["metadata"] = map[string]string{}
 	}
+	if in.RequestHash == nil {
+		args["request_hash"] = []byte{} // the column is NOT NULL; nil and empty compare equal below
+	}
 	rows, _ := v.pool.Query(ctx, createMethodSQL, args)
 	r, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[methodRow])
 	if errors.Is(err, pgx.ErrNoRows) {

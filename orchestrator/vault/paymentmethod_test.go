@@ -40,6 +40,7 @@ func TestCreateGetListDelete(t *testing.T) {
 	pm2 := mustCreate(t, f.vault, createInput(f.tenant, "k2", CardInput{Number: "5555555555554444", ExpMonth: 1, ExpYear: 2031}))
 	f.clock.Add(time.Second)
 	pm3 := mustCreate(t, f.vault, createInput(f.tenant, "k3", visa()))
+	mustCreate(t, f.vault, createInput(f.other, "k4", visa())) // never in f.tenant's lists
 	list, more, err := f.vault.List(ctx, f.tenant, ListFilter{Limit: 2})
 	if err != nil || !more || len(list) != 2 || list[0].ID != pm3.ID || list[1].ID != pm2.ID {
 		t.Fatalf("first page: %v %v %v", ids(list), more, err)

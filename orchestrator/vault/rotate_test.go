@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -213,5 +214,79 @@ func TestDecryptionsAreCountedByReason(t *testing.T) {
 	}
 	if got["authorize"] != 3 || got["rotate"] != 3 || len(got) != 2 {
 		t.Fatalf("decryptions by reason: %v", got)
+	}
+}
+
+func TestConcurrentRotationsRewrapEachKeyOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	const n = 60
+	pms := seed(t, f.vault, f.tenant, n)
+	both := f.with(testKeys(t, 1, 2))
+	var done [2]int64
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { errs[i] = both.Rotate(ctx, 3, func(d, _ int64) { done[i] = d }) })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || done[0]+done[1] != n {
+		t.Fatalf("two rotations at once: %v, %v; re-wrapped %d + %d, want %d in all", errs[0], errs[1], done[0], done[1], n)
+	}
+	only2 := f.with(testKeys(t, 2))
+	for _, pm := range pms {
+		if _, err := only2.Reveal(ctx, f.tenant, pm.ID, orchestrator.RevealAuthorize); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRotatePicksUpKeysWrittenUnderAnOldVersionMeanwhile(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	seed(t, f.vault, f.other, 10)
+	both := f.with(testKeys(t, 1, 2))
+	// An instance still configured with version 1 alone stores a method
+	// while the rotation runs, in a tenant ordered before the cursor.
+	var late PaymentMethod
+	err := both.Rotate(ctx, 3, func(int64, int64) {
+		if late.ID == "" {
+			late = mustCreate(t, f.vault, createInput(f.tenant, "late", visa()))
+		}
+	})
+	if err != nil || late.ID == "" {
+		t.Fatal(err)
+	}
+	if got := versions(t, f); got[2] != 11 || len(got) != 1 {
+		t.Fatalf("keys by version: %v, want the late one re-wrapped too", got)
+	}
+}
+
+func TestRewrapLeavesAKeyChangedMeanwhileAlone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	pms := seed(t, f.vault, f.tenant, 4)
+	// A rotation to version 2 read the keys, then another, to version 3,
+	// re-wrapped them all and a method was deleted, before it wrote.
+	rows, _ := f.pool.Query(ctx, `SELECT tenant_id, payment_method_id, kek_version, wrapped_key FROM payment_method_keys`)
+	stale, err := pgx.CollectRows(rows, pgx.RowToStructByName[wrappedKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.with(testKeys(t, 1, 2, 3)).Rotate(ctx, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.vault.Delete(ctx, f.tenant, pms[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.with(testKeys(t, 1, 2)).rewrapBatch(ctx, stale)
+	if err != nil || n != 0 {
+		t.Fatalf("stale re-wrap stored %d (%v), want none", n, err)
+	}
+	if got := versions(t, f); got[3] != 3 || len(got) != 1 {
+		t.Fatalf("keys by version: %v, want the 3 left on version 3", got)
 	}
 }
