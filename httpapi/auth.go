@@ -14,8 +14,9 @@ const principalKey = "payorch.principal"
 
 // authenticate turns `Authorization: Bearer <key>` into the request's
 // Principal. A client address past its allowance of failed
-// authentications is refused before its key is looked at. Errors:
-// unauthorized, rate_limited.
+// authentications is refused before its key is looked at; a publishable
+// key anywhere but where it may create a payment method is refused.
+// Errors: unauthorized, rate_limited, forbidden.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		client := signInClient(c.RealIP())
@@ -42,6 +43,11 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.SetRequest(req.WithContext(orchestrator.WithLogAttrs(req.Context(), attrs...)))
 		c.Set(principalKey, p)
+		// Here rather than in each route's roles, so that no route, present
+		// or future, can let a public key read.
+		if err := publishableAllowed(c, p); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }

@@ -70,6 +70,11 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
+	if p.Role == orchestrator.RolePublishable {
+		// Public by design: it must never open a session that reads.
+		c.Set(errorCodeKey, orchestrator.CodeForbidden)
+		return s.renderSignIn(c, http.StatusForbidden, "A publishable key cannot sign in: sign in with a secret key.")
+	}
 	token, sess, err := s.svc.CreateConsoleSession(c.Request().Context(), p, sessionLifetime)
 	if err != nil {
 		return s.consoleError(c, err)

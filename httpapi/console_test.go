@@ -38,8 +38,8 @@ func chromiumPath(t *testing.T) string {
 }
 
 // browser starts a fresh headless chromium for t: its own profile in a
-// temporary folder, no background traffic.
-func browser(t *testing.T) context.Context {
+// temporary folder, no background traffic, and extra options.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)),
@@ -53,6 +53,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	)
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
@@ -70,7 +71,7 @@ type tab struct {
 	dir string
 }
 
-func newTab(t *testing.T) tab {
+func newTab(t *testing.T, extra ...chromedp.ExecAllocatorOption) tab {
 	t.Helper()
 	dir := os.Getenv("PAYORCH_CONSOLE_SCREENSHOTS")
 	if dir == "" {
@@ -78,7 +79,7 @@ func newTab(t *testing.T) tab {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return tab{ctx: browser(t), dir: dir}
+	return tab{ctx: browser(t, extra...), dir: dir}
 }
 
 const stepTimeout = 20 * time.Second

@@ -266,7 +266,8 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 	var parts []string
 	for _, table := range []string{"payments", "payment_operations", "payment_events", "payment_attempts", "events", "idempotency_keys",
 		"webhook_endpoints", "webhook_deliveries", "webhook_delivery_attempts",
-		"routing_versions", "reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants"} {
+		"routing_versions", "reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants",
+		"payment_methods", "payment_method_keys"} {
 		parts = append(parts, fmt.Sprintf(`SELECT '%[1]s', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %[1]s t`, table))
 	}
 	parts = append(parts, `SELECT 'api_keys', count(*), '' FROM api_keys`)
@@ -291,7 +292,7 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 }
 
 // routeSpecs is one spec per route of the API and the console.
-func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discrepancy int64, endpoint, event string) map[string]routeSpec {
+func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discrepancy int64, endpoint, event, method string) map[string]routeSpec {
 	merchant, support, finance, admin := orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance, orchestrator.RoleAdmin
 	as := func(r ...orchestrator.Role) []orchestrator.Role { return r }
 	runID, discID, tenantID := fmt.Sprint(run.ID), fmt.Sprint(discrepancy), fmt.Sprint(h.tenant)
@@ -354,6 +355,20 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		// Providers' webhooks: unauthenticated; every probe lacks a
 		// valid signature (the connector has no webhook secret here).
 		"POST /webhooks/:connector": {path: map[string]string{"connector": "fake"}, body: map[string]string{}},
+
+		"POST /v1/payment_methods": {roles: as(merchant),
+			body: map[string]string{"type": `"card"`, "card": `{"number":"4242424242424242","exp_month":12,"exp_year":2040}`,
+				"metadata": `{"k":"v"}`},
+			fields: map[string]kind{"type": token, "card": object, "billing_details": object, "metadata": object}},
+		"OPTIONS /v1/payment_methods": {},
+		"GET /v1/payment_methods": {roles: as(merchant),
+			query: []string{"tenant_id", "fingerprint", "created_gte", "created_lt", "limit", "starting_after"}},
+		"GET /v1/payment_methods/:id":         {roles: as(merchant), path: map[string]string{"id": method}, query: []string{"tenant_id"}},
+		"DELETE /v1/payment_methods/:id":      {roles: as(merchant), path: map[string]string{"id": method}},
+		"GET /v1/tenants/:id/browser_origins": {roles: as(admin), path: map[string]string{"id": tenantID}},
+		"PUT /v1/tenants/:id/browser_origins": {roles: as(admin), path: map[string]string{"id": tenantID},
+			body: map[string]string{"origins": `["https://shop.example"]`}, fields: map[string]kind{"origins": array}},
+		"GET /card_form": {query: []string{"key", "origin", "return_url"}},
 
 		"GET /console":                    {},
 		"GET /console/static/console.css": {},
@@ -611,6 +626,8 @@ func (h *hostileEnv) check(t *testing.T, p probe, res *http.Response, body []byt
 			t.Errorf("%s: console error page as %q", p.what, ct)
 		}
 		return
+	case strings.HasPrefix(p.path, "/card_form") && strings.HasPrefix(ct, "text/html"):
+		return // the card form's refusals are pages (the parameter checks' are problems)
 	}
 	if ct != "application/problem+json" {
 		t.Errorf("%s: %d as %q, want application/problem+json: %.300s", p.what, res.StatusCode, ct, body)
@@ -629,7 +646,7 @@ func (h *hostileEnv) check(t *testing.T, p probe, res *http.Response, body []byt
 
 func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := newMigratedEnv(t, httpapi.Config{ConsoleSignInLimit: -1})
+	e := newVaultEnv(t, httpapi.Config{ConsoleSignInLimit: -1}, "https://shop.example")
 	h := &hostileEnv{env: e, sessions: map[orchestrator.Role]string{}, csrf: map[orchestrator.Role]string{},
 		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 
@@ -672,7 +689,12 @@ func TestHostileInputIsRefusedAndChangesNothing(t *testing.T) {
 		t.Fatalf("captured event: %v %v", evs, err)
 	}
 
-	specs := h.routeSpecs(authorized, captured, run, discrepancy, ep.ID, evs[0].ID)
+	// A vaulted card.
+	res, b := e.createMethod(t, e.keys[orchestrator.RoleMerchant], "hostile-method", cardBody(visa, ""), nil)
+	if res.StatusCode != 201 {
+		t.Fatalf("payment method: %d %s", res.StatusCode, b)
+	}
+	specs := h.routeSpecs(authorized, captured, run, discrepancy, ep.ID, evs[0].ID, decode[paymentMethod](t, b).ID)
 	// Every route has a spec and every spec a route, so a new route is
 	// not left out.
 	var routes []string

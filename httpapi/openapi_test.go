@@ -20,8 +20,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -136,9 +138,23 @@ func newContract(t *testing.T) *contract {
 	t.Helper()
 	// Connector hooked takes webhooks signed with contractHookSecret (its
 	// provider is never called).
-	e := newMigratedEnv(t, httpapi.Config{MetricsHandler: metricsStub}, orchestrator.Config{Providers: map[string]providers.Provider{
+	// With a vault on the same database, for the payment methods.
+	pool := pgtest.Pool(t, testDBURL(t))
+	cfg := httpapi.Config{MetricsHandler: metricsStub, AllowHTTPLoopbackOrigins: true,
+		Vault: vault.New(vault.Config{Pool: pool, Keys: testVaultKeys(t)})}
+	e := newMigratedEnv(t, cfg, orchestrator.Config{Pool: pool, Providers: map[string]providers.Provider{
 		"hooked": fake.NewClient("http://127.0.0.1:9", nil).WithWebhookSecret(contractHookSecret)}})
 	return contractOn(t, e)
+}
+
+// The card form's pages are text/html, which the validator does not read
+// by itself: it checks them as the strings the document says they are.
+func init() {
+	openapi3filter.RegisterBodyDecoder("text/html", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef,
+		_ openapi3filter.EncodingFn) (any, error) {
+		b, err := io.ReadAll(body)
+		return string(b), err
+	})
 }
 
 // contractOn validates the requests to e's server against the document.
@@ -610,6 +626,57 @@ func TestOpenAPIContract(t *testing.T) {
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: path, apiKey: merchant})
 		wantProblem(t, res, b, 404, "not_found")
+	})
+
+	t.Run("PaymentMethods", func(t *testing.T) {
+		const shop = "https://shop.example"
+		origins := fmt.Sprintf("/v1/tenants/%d/browser_origins", ct.tenant)
+		res, b := ct.do(t, call{method: "PUT", path: origins, apiKey: admin, body: `{"origins":["` + shop + `"]}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: origins, apiKey: admin})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "PUT", path: origins, apiKey: admin, body: `{"origins":["ftp://shop.example"]}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		_, ppk, err := ct.svc.CreateAPIKey(ctx, orchestrator.RolePublishable, ct.tenant, "checkout")
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		body := cardBody(visa, visaCVC)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payment_methods", apiKey: merchant, idemKey: "pm-1", body: body})
+		wantStatus(t, res, b, 201)
+		pm := decode[paymentMethod](t, b)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payment_methods", apiKey: merchant, idemKey: "pm-1", body: body})
+		wantStatus(t, res, b, 201)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payment_methods", apiKey: merchant, idemKey: "pm-bad",
+			body: cardBody("4242424242424241", "")})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "OPTIONS", path: "/v1/payment_methods", hdr: map[string]string{"Origin": shop,
+			"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type,idempotency-key"}})
+		wantStatus(t, res, b, 204)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payment_methods", apiKey: ppk, idemKey: "pm-ppk", body: cardBody(mastercard, ""),
+			hdr: map[string]string{"Origin": shop}})
+		wantStatus(t, res, b, 201)
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payment_methods", apiKey: ppk, idemKey: "pm-ppk-2", body: cardBody(mastercard, ""),
+			hdr: map[string]string{"Origin": "https://evil.example"}})
+		wantProblem(t, res, b, 403, "forbidden")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payment_methods?limit=10&fingerprint=" + *pm.Card.Fingerprint, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: fmt.Sprintf("/v1/payment_methods?tenant_id=%d", ct.tenant), apiKey: support})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payment_methods/" + pm.ID, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payment_methods/" + pm.ID, apiKey: ppk})
+		wantProblem(t, res, b, 403, "forbidden")
+		res, b = ct.do(t, call{method: "DELETE", path: "/v1/payment_methods/" + pm.ID, apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "DELETE", path: "/v1/payment_methods/vpm_00000000000000000000000000000000", apiKey: merchant})
+		wantProblem(t, res, b, 404, "not_found")
+
+		res, b = ct.do(t, call{method: "GET", path: "/card_form?key=" + ppk + "&origin=" + url.QueryEscape(shop)})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/card_form?key=" + ppk + "&origin=" + url.QueryEscape("https://evil.example")})
+		wantStatus(t, res, b, 403)
 	})
 
 	if t.Failed() {

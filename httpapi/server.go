@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/reconcile"
 )
@@ -38,6 +39,9 @@ type Config struct {
 	Reconciler *reconcile.Reconciler
 	// Webhooks serves the webhook endpoints and the events' deliveries.
 	Webhooks *webhooks.Service
+	// Vault serves the payment methods API and the card form; nil (no
+	// vault configured) makes them answer 503 service_unavailable.
+	Vault *vault.Vault
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
 	// RateLimit is the sustained requests per second allowed per API key,
@@ -61,6 +65,20 @@ type Config struct {
 	AuthFailureLimit int
 	// AuthFailureWindow defaults to 1 minute.
 	AuthFailureWindow time.Duration
+	// PublishableKeyLimit is how many payment methods one publishable key
+	// may create per minute (a bucket of that many that refills evenly
+	// over the minute); past it 429 rate_limited with Retry-After. 0 means
+	// 300; negative turns the limit off. Per instance.
+	PublishableKeyLimit int
+	// PublishableClientLimit is how many payment methods publishable keys
+	// may create per minute from one client address (an IPv4 address, an
+	// IPv6 /64), whatever the key: card testers try many numbers from few
+	// addresses. 0 means 20; negative turns the limit off. Per instance.
+	PublishableClientLimit int
+	// AllowHTTPLoopbackOrigins lets a tenant's browser origins be http://
+	// on a loopback host (localhost, 127.0.0.0/8, [::1]): for development
+	// and tests, never in production. Otherwise only https origins.
+	AllowHTTPLoopbackOrigins bool
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the
 	// client (the console's sign-in limit and the API's limit on failed
 	// authentications count per client address) and
@@ -107,6 +125,7 @@ type Server struct {
 	svc     *orchestrator.Service
 	rec     *reconcile.Reconciler
 	hooks   *webhooks.Service
+	vault   *vault.Vault
 	logger  *slog.Logger
 	limiter *rateLimiter
 	cfg     Config
@@ -120,6 +139,9 @@ type Server struct {
 	// authFailures counts failed API authentications per client address;
 	// nil when the limit is off.
 	authFailures *rateLimiter
+	// ppkKeys and ppkClients throttle the payment methods publishable
+	// keys create, per key and per client address; nil when off.
+	ppkKeys, ppkClients *rateLimiter
 	// secureCookies makes every console cookie Secure: the public URL is
 	// https, or Serve serves TLS itself.
 	secureCookies bool
@@ -154,6 +176,7 @@ func New(cfg Config) *Server {
 		svc:    cfg.Service,
 		rec:    cfg.Reconciler,
 		hooks:  cfg.Webhooks,
+		vault:  cfg.Vault,
 		logger: cfg.Logger,
 		cfg:    cfg,
 		now:    cfg.Clock,
@@ -168,6 +191,8 @@ func New(cfg Config) *Server {
 	}
 	s.signInLimiter = newSignInLimiter(cfg)
 	s.authFailures = newAuthFailureLimiter(cfg)
+	s.ppkKeys = newPublishableLimiter(cfg.PublishableKeyLimit, defaultPublishableKeyLimit, cfg.Clock)
+	s.ppkClients = newPublishableLimiter(cfg.PublishableClientLimit, defaultPublishableClientLimit, cfg.Clock)
 	s.secureCookies = cfg.TLSConfig != nil || (cfg.PublicURL != nil && cfg.PublicURL.Scheme == "https")
 	e.IPExtractor = clientIP(cfg.TrustedProxies)
 	e.SchemeExtractor = clientScheme(cfg.TrustedProxies)
@@ -204,6 +229,10 @@ func (s *Server) routes() {
 
 	// Providers' webhooks: signed, not keyed (inbound.go).
 	e.POST(webhookPrefix+":connector", s.receiveWebhook)
+	// Browsers' CORS preflight carries no key (publishable.go); the card
+	// form carries its publishable key in its URL (cardform.go).
+	e.OPTIONS(routePaymentMethods, s.preflightPaymentMethods)
+	e.GET(routeCardForm, s.cardForm)
 
 	v1 := e.Group("/v1", s.authenticate, s.rateLimit)
 	v1.GET("/me", s.getMe)
@@ -212,6 +241,8 @@ func (s *Server) routes() {
 	v1.GET("/tenants/:id/routing", s.getRouting, requireRole(orchestrator.RoleAdmin))
 	v1.PUT("/tenants/:id/routing", s.putRouting, requireRole(orchestrator.RoleAdmin))
 	v1.GET("/tenants/:id/routing/versions", s.listRoutingVersions, requireRole(orchestrator.RoleAdmin))
+	v1.GET("/tenants/:id/browser_origins", s.getBrowserOrigins, requireRole(orchestrator.RoleAdmin))
+	v1.PUT("/tenants/:id/browser_origins", s.putBrowserOrigins, requireRole(orchestrator.RoleAdmin))
 
 	merchant := requireRole(orchestrator.RoleMerchant)
 	readers := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport, orchestrator.RoleFinance)
@@ -224,6 +255,14 @@ func (s *Server) routes() {
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
+	// Payment methods: support reads them as it reads payments; a
+	// publishable key may only create (authenticate, browserGate).
+	methodReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
+	v1.POST("/payment_methods", s.createPaymentMethod,
+		requireRole(orchestrator.RoleMerchant, orchestrator.RolePublishable), s.requireVault, s.browserGate)
+	v1.GET("/payment_methods", s.listPaymentMethods, methodReaders, s.requireVault)
+	v1.GET("/payment_methods/:id", s.getPaymentMethod, methodReaders, s.requireVault)
+	v1.DELETE("/payment_methods/:id", s.deletePaymentMethod, merchant, s.requireVault)
 	v1.GET("/events", s.listEvents, readers)
 	v1.GET("/events/:id", s.getEvent, readers)
 	// Deliveries: a merchant's own, support every merchant's, finance and

@@ -61,6 +61,12 @@ INSERT INTO reconciliation_provider_rows (run_id, seq, ref, status, amount_minor
 	VALUES (1, 1, 'fk_1', 'captured', 1000, 1000, 0, 'EUR', now(), now());
 INSERT INTO webhook_delivery_attempts (event_id, endpoint_id, attempt, started_at, latency_ms, status_code)
 	SELECT event_id, endpoint_id, 1, now(), 3.5, 500 FROM webhook_deliveries;
+INSERT INTO payment_methods (tenant_id, id, idempotency_key, request_hash, type, brand, last4, exp_month, exp_year,
+		fingerprint, card_ciphertext, cvc_ciphertext, cvc_expires_at, created_at)
+	VALUES (1, 'vpm_' || repeat('0', 31) || '1', 'pm-key-1', '\x00', 'card', 'visa', '4242', 12, 2040, 'fp_1', '\x01',
+		'\x02', now() + interval '1 hour', now());
+INSERT INTO payment_method_keys (tenant_id, payment_method_id, kek_version, wrapped_key)
+	VALUES (1, 'vpm_' || repeat('0', 31) || '1', 1, '\x03');
 `
 
 // TestEveryMigrationDownAndUpWithRows runs each migration's Down, then its

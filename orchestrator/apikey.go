@@ -26,22 +26,33 @@ const (
 	RoleFinance Role = "finance"
 	// RoleAdmin manages tenants and keys.
 	RoleAdmin Role = "admin"
+	// RolePublishable belongs to one tenant, like a merchant key, but is
+	// meant to be public (it sits in a shopper's browser): it may only
+	// create payment methods, never read anything back.
+	RolePublishable Role = "publishable"
 )
 
 // ParseRole returns the Role named s, or a validation_failed *Error.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case RoleMerchant, RoleSupport, RoleFinance, RoleAdmin:
+	case RoleMerchant, RoleSupport, RoleFinance, RoleAdmin, RolePublishable:
 		return r, nil
 	}
-	return "", ParamError("role", "role must be one of merchant, support, finance, admin")
+	return "", ParamError("role", "role must be one of merchant, support, finance, admin, publishable")
+}
+
+// OfTenant reports whether keys of role r belong to one tenant (merchant
+// and publishable keys) rather than acting for staff across tenants.
+func (r Role) OfTenant() bool {
+	return r == RoleMerchant || r == RolePublishable
 }
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
 	KeyID string
 	Role  Role
-	// TenantID is the tenant a merchant key acts for; 0 for staff roles.
+	// TenantID is the tenant a merchant or publishable key acts for; 0
+	// for staff roles.
 	TenantID int64
 }
 
@@ -56,29 +67,39 @@ type APIKey struct {
 	RevokedAt   *time.Time `json:"revoked_at" db:"revoked_at"`
 }
 
-// API keys read "pok_<16 hex id>_<43 base64url secret>". The id part is
-// public (it names the key in listings and logs, as key_<id>); only the
-// SHA-256 of the whole key is stored. The secret has 256 bits of entropy, so
-// a fast hash is the right one: there is nothing to brute-force.
+// API keys read "pok_<16 hex id>_<43 base64url secret>", publishable keys
+// "ppk_…" (so that one is recognised at a glance, in a page's source or a
+// secret scanner's report, as fit to publish, and a secret key as not). The
+// id part is public (it names the key in listings and logs, as key_<id>);
+// only the SHA-256 of the whole key, prefix included, is stored, so a
+// publishable key's secret presented with the other prefix is refused. The
+// secret has 256 bits of entropy, so a fast hash is the right one: there is
+// nothing to brute-force.
 const (
-	keyPrefix      = "pok_"
-	keyIDPrefix    = "key_"
-	keyIDHexLen    = 16
-	keySecretBytes = 32
+	keyPrefix         = "pok_"
+	publishablePrefix = "ppk_"
+	keyIDPrefix       = "key_"
+	keyIDHexLen       = 16
+	keySecretBytes    = 32
 	// lastUsedGranularity bounds how often a key's last_used_at is written.
 	lastUsedGranularity = time.Minute
 )
 
 var errUnauthorized = &Error{Code: CodeUnauthorized, Message: "a valid API key is required: Authorization: Bearer <key>"}
 
-func newKeyMaterial() (id, secret string, hash []byte) {
+// newKeyMaterial makes a key of role: its id, the key itself and its hash.
+func newKeyMaterial(role Role) (id, secret string, hash []byte) {
 	idb := make([]byte, keyIDHexLen/2)
 	sb := make([]byte, keySecretBytes)
 	// crypto/rand.Read never fails on Linux (Go ≥ 1.24 panics instead).
 	_, _ = rand.Read(idb)
 	_, _ = rand.Read(sb)
 	hexID := hex.EncodeToString(idb)
-	secret = keyPrefix + hexID + "_" + base64.RawURLEncoding.EncodeToString(sb)
+	prefix := keyPrefix
+	if role == RolePublishable {
+		prefix = publishablePrefix
+	}
+	secret = prefix + hexID + "_" + base64.RawURLEncoding.EncodeToString(sb)
 	sum := sha256.Sum256([]byte(secret))
 	return keyIDPrefix + hexID, secret, sum[:]
 }
@@ -88,7 +109,9 @@ func newKeyMaterial() (id, secret string, hash []byte) {
 func parseKey(key string) (id string, ok bool) {
 	rest, found := strings.CutPrefix(key, keyPrefix)
 	if !found {
-		return "", false
+		if rest, found = strings.CutPrefix(key, publishablePrefix); !found {
+			return "", false
+		}
 	}
 	hexID, secret, found := strings.Cut(rest, "_")
 	if !found || len(hexID) != keyIDHexLen || len(secret) != base64.RawURLEncoding.EncodedLen(keySecretBytes) {
@@ -108,7 +131,7 @@ func KeyShaped(key string) bool {
 }
 
 // CreateAPIKey creates a key with role for tenantID (required for merchant
-// keys, must be 0 otherwise) and returns it with the key itself, which is
+// and publishable keys, must be 0 otherwise) and returns it with the key itself, which is
 // shown this once and never stored. Errors: validation_failed, not_found
 // (no such tenant).
 func (s *Service) CreateAPIKey(ctx context.Context, role Role, tenantID int64, description string) (APIKey, string, error) {
@@ -138,20 +161,19 @@ func (s *Service) createAPIKey(ctx context.Context, tx pgx.Tx, role Role, tenant
 	if _, err := ParseRole(string(role)); err != nil {
 		return APIKey{}, "", err
 	}
-	if role == RoleMerchant && tenantID <= 0 {
-		return APIKey{}, "", ParamError("tenant_id", "a merchant key needs a tenant")
+	if role.OfTenant() && tenantID <= 0 {
+		return APIKey{}, "", ParamError("tenant_id", "a %s key needs a tenant", role)
 	}
-	if role != RoleMerchant && tenantID != 0 {
-		return APIKey{}, "", ParamError("tenant_id", "only merchant keys belong to a tenant; %s keys see every tenant", role)
+	if !role.OfTenant() && tenantID != 0 {
+		return APIKey{}, "", ParamError("tenant_id", "only merchant and publishable keys belong to a tenant; %s keys see every tenant", role)
 	}
 	if len(description) > 200 {
 		return APIKey{}, "", ParamError("description", "description is longer than 200 characters")
 	}
-	material := newKeyMaterial
+	id, secret, hash := newKeyMaterial(role)
 	if s.keyMaterial != nil {
-		material = s.keyMaterial
+		id, secret, hash = s.keyMaterial()
 	}
-	id, secret, hash := material()
 	var tenant *int64
 	if tenantID != 0 {
 		tenant = &tenantID

@@ -193,10 +193,12 @@ type Scope struct {
 	Staff bool
 }
 
-// ScopeOf is the read scope of p.
+// ScopeOf is the read scope of p. A publishable key reads nothing (the
+// HTTP API lets it only create payment methods); were it ever to reach a
+// read, it would see its own tenant, never every tenant.
 func ScopeOf(p Principal) Scope {
 	switch p.Role {
-	case RoleMerchant:
+	case RoleMerchant, RolePublishable:
 		return Scope{TenantID: p.TenantID}
 	case RoleFinance, RoleAdmin:
 		return Scope{Staff: true}

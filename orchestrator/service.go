@@ -82,6 +82,10 @@ type Config struct {
 	// lease takeovers, purged keys and the pending gauges (computed from
 	// the database when collected). Nil means no metrics.
 	MeterProvider metric.MeterProvider
+	// Vault holds the cards of payment methods payorch tokenized ("vpm_…",
+	// package orchestrator/vault); nil when no vault keys are configured:
+	// then no payment can name a vaulted method.
+	Vault CardVault
 }
 
 // Service is the pgx-backed implementation of payorch's domain.

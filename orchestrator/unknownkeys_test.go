@@ -27,7 +27,7 @@ func madeUpKey() string {
 func withKeyID(s *Service, key string) {
 	id, _ := parseKey(key)
 	s.keyMaterial = func() (string, string, []byte) {
-		_, secret, _ := newKeyMaterial()
+		_, secret, _ := newKeyMaterial(RoleMerchant)
 		secret = keyPrefix + strings.TrimPrefix(id, keyIDPrefix) + secret[len(keyPrefix)+keyIDHexLen:]
 		return id, secret, hashOf(secret)
 	}

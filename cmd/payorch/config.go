@@ -17,6 +17,7 @@ import (
 
 	"github.com/payorch/payorch/internal/readreplica"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/orchestrator/webhooks"
 )
 
@@ -81,6 +82,15 @@ type config struct {
 	// address may make per minute; past it its API requests are answered
 	// 429 without reading the database. 0 turns the limit off.
 	AuthFailureLimit int
+	// PublishableKeyLimit (PAYORCH_PUBLISHABLE_KEY_LIMIT) is how many
+	// payment methods one publishable key may create per minute; 0 turns
+	// the limit off.
+	PublishableKeyLimit int
+	// PublishableClientLimit (PAYORCH_PUBLISHABLE_CLIENT_LIMIT) is how
+	// many payment methods publishable keys may create per minute from one
+	// client address, whatever the key (card testing); 0 turns the limit
+	// off.
+	PublishableClientLimit int
 	// TrustedProxies (PAYORCH_TRUSTED_PROXIES) are the reverse proxies,
 	// comma-separated addresses or CIDR ranges, whose X-Forwarded-For names
 	// the client; empty means the client is the connection's peer.
@@ -279,6 +289,18 @@ type config struct {
 	// OTLPProtocol (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 	// OTEL_EXPORTER_OTLP_PROTOCOL): only http/protobuf is built in.
 	OTLPProtocol string
+	// VaultKeys (PAYORCH_VAULT_KEYS) are the vault's key-encryption keys,
+	// "1:<base64 of 32 bytes>,2:<…>": the highest version wraps new cards'
+	// data keys, the others unwrap those not yet rotated (`payorch vault
+	// rotate`). VaultFingerprintKey (PAYORCH_VAULT_FINGERPRINT_KEY, base64
+	// of 32 bytes) keys card fingerprints. Both or neither: without them
+	// the vault is off (and production refuses to start if it holds cards).
+	// `dev` generates both into DataDir/vault.keys when unset.
+	VaultKeys           string
+	VaultFingerprintKey string
+	// VaultCVCTTL (PAYORCH_VAULT_CVC_TTL) is how long a card's CVC is kept
+	// when no authorization used it: 1s to 1h.
+	VaultCVCTTL time.Duration
 	// DebugListen (PAYORCH_DEBUG_LISTEN) serves Go's profiler
 	// (/debug/pprof/) on a separate loopback address; empty (the default)
 	// turns it off.
@@ -302,8 +324,10 @@ func defaultConfig() config {
 		BackofficeMaxConns: 4,
 		ReadReplicaMaxWait: readreplica.DefaultMaxWait,
 
-		ConsoleSignInLimit: 10,
-		AuthFailureLimit:   30,
+		ConsoleSignInLimit:     10,
+		AuthFailureLimit:       30,
+		PublishableKeyLimit:    300,
+		PublishableClientLimit: 20,
 
 		DefaultProvider:  "fake",
 		ProviderTimeout:  15 * time.Second,
@@ -327,6 +351,8 @@ func defaultConfig() config {
 		ReconcileSchedule: "0 3 * * *",
 		ReconcileTZ:       "UTC",
 		ReconcileGrace:    2 * time.Hour,
+
+		VaultCVCTTL: vault.DefaultCVCTTL,
 	}
 }
 
@@ -434,6 +460,8 @@ func (c *config) readHTTP(e *envReader) {
 	}
 	e.num("PAYORCH_CONSOLE_SIGNIN_LIMIT", &c.ConsoleSignInLimit)
 	e.num("PAYORCH_AUTH_FAILURE_LIMIT", &c.AuthFailureLimit)
+	e.num("PAYORCH_PUBLISHABLE_KEY_LIMIT", &c.PublishableKeyLimit)
+	e.num("PAYORCH_PUBLISHABLE_CLIENT_LIMIT", &c.PublishableClientLimit)
 	if v := e.getenv("PAYORCH_TRUSTED_PROXIES"); v != "" {
 		for _, f := range strings.Split(v, ",") {
 			f = strings.TrimSpace(f)
@@ -496,6 +524,9 @@ func (c *config) readProviders(e *envReader) {
 	e.num("PAYORCH_BREAKER_MIN_CALLS", &c.Breaker.MinCalls)
 	e.num("PAYORCH_BREAKER_ERROR_PERCENT", &c.Breaker.ErrorPercent)
 	e.dur("PAYORCH_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
+	e.str("PAYORCH_VAULT_KEYS", &c.VaultKeys)
+	e.str("PAYORCH_VAULT_FINGERPRINT_KEY", &c.VaultFingerprintKey)
+	e.dur("PAYORCH_VAULT_CVC_TTL", &c.VaultCVCTTL)
 }
 
 // readTelemetry reads logging, metrics, tracing and debugging.
@@ -512,7 +543,7 @@ func (c *config) readTelemetry(e *envReader) {
 // validate names the first bad field.
 func (c config) validate() error {
 	for _, check := range []func() error{c.validateServer, c.validateJobs, c.validateDatabase, c.validateFake,
-		c.validateConnectors, c.validateListeners} {
+		c.validateConnectors, c.validateListeners, c.validateVault} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -531,6 +562,10 @@ func (c config) validateServer() error {
 		return errors.New("PAYORCH_CONSOLE_SIGNIN_LIMIT: must be 0 (off) or positive")
 	case c.AuthFailureLimit < 0:
 		return errors.New("PAYORCH_AUTH_FAILURE_LIMIT: must be 0 (off) or positive")
+	case c.PublishableKeyLimit < 0:
+		return errors.New("PAYORCH_PUBLISHABLE_KEY_LIMIT: must be 0 (off) or positive")
+	case c.PublishableClientLimit < 0:
+		return errors.New("PAYORCH_PUBLISHABLE_CLIENT_LIMIT: must be 0 (off) or positive")
 	case c.DevPGPort <= 0 || c.DevPGPort > 65535:
 		return errors.New("PAYORCH_DEV_PG_PORT: must be a port number")
 	case c.ReplayCache < 0 || c.ReplayCache > 1_000_000:

@@ -52,6 +52,12 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	cfg = devConnectors(cfg, dataDir)
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return err
+	}
+	if cfg, err = devVaultKeys(cfg, dataDir); err != nil {
+		return err
+	}
 	if !cfg.webhookAllowPrivateSet {
 		cfg.WebhookAllowPrivate = true // receivers on this machine, for trying webhooks
 	}
@@ -64,9 +70,6 @@ func cmdDev(ctx context.Context, cfg config, args []string, stdout io.Writer) er
 		return err
 	}
 	defer tel.stop()
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
 
 	dbURL, stopCluster, err := devDatabaseURL(ctx, cfg, dataDir, logger, stdout)
 	if err != nil {

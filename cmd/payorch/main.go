@@ -35,12 +35,15 @@ Usage:
   payorch migrate                                  apply pending migrations
   payorch tenants create --name NAME [--json]      create a tenant and its first merchant key
   payorch tenants list [--json]
+  payorch tenants origins --tenant N [--set ORIGIN,…] [--json]
+                                                   read or set the browser origins of its publishable keys
   payorch apikeys create --role ROLE [--tenant N] [--description D] [--json]
   payorch apikeys list [--tenant N] [--json]
   payorch apikeys revoke KEY_ID [--json]
   payorch reconcile [--provider CONNECTOR] [--date YYYY-MM-DD] [--json]
                                                    reconcile one business day now
   payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
+  payorch vault rotate [--batch N]                 re-wrap every card's data key under the newest PAYORCH_VAULT_KEYS version
   payorch fakeprovider [--listen ADDR] [--admin-token T] [--hold-lifetime D] [--state FILE]
                                                    run the fake provider standalone
   payorch version
@@ -94,6 +97,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return cmdReconcile(ctx, cfg, rest, stdout)
 	case "resolve":
 		return cmdResolve(ctx, cfg, rest, stdout)
+	case "vault":
+		return cmdVault(ctx, cfg, rest, stdout)
 	case "fakeprovider":
 		return cmdFakeProvider(ctx, cfg, rest)
 	case "version":

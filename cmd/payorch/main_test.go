@@ -115,6 +115,56 @@ func TestCLI(t *testing.T) {
 	}
 }
 
+// TestCLIPublishableKeysAndOrigins: a publishable key is created like
+// the others and printed ppk_…; a tenant's browser origins are read and
+// set, validated (http only for loopback, outside production).
+func TestCLIPublishableKeysAndOrigins(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "PAYORCH_LOG_LEVEL": "error"}
+	out, err := cli(t, env, "tenants", "create", "--name", "Shop", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tenant struct {
+		TenantID int64 `json:"tenant_id"`
+	}
+	if err := json.Unmarshal([]byte(out), &tenant); err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(tenant.TenantID, 10)
+	out, err = cli(t, env, "apikeys", "create", "--role", "publishable", "--tenant", id, "--json")
+	if err != nil || !strings.Contains(out, `"api_key": "ppk_`) || !strings.Contains(out, `"role": "publishable"`) {
+		t.Fatalf("apikeys create publishable: %s %v", out, err)
+	}
+	if _, err := cli(t, env, "apikeys", "create", "--role", "publishable"); err == nil || !strings.Contains(err.Error(), "tenant") {
+		t.Fatalf("a publishable key without a tenant: %v", err)
+	}
+
+	out, err = cli(t, env, "tenants", "origins", "--tenant", id)
+	if err != nil || !strings.Contains(out, "no browser origin") {
+		t.Fatalf("origins of a new tenant: %s %v", out, err)
+	}
+	out, err = cli(t, env, "tenants", "origins", "--tenant", id, "--set", "https://Shop.example, https://pay.shop.example:8443", "--json")
+	if err != nil || !strings.Contains(out, `"https://shop.example"`) || !strings.Contains(out, `"https://pay.shop.example:8443"`) {
+		t.Fatalf("origins --set: %s %v", out, err)
+	}
+	// serve's default environment is production: no http, even on loopback.
+	if _, err := cli(t, env, "tenants", "origins", "--tenant", id, "--set", "http://localhost:3000"); err == nil ||
+		!strings.Contains(err.Error(), "origins[0]") {
+		t.Fatalf("http origin in production: %v", err)
+	}
+	dev := map[string]string{"DATABASE_URL": env["DATABASE_URL"], "PAYORCH_LOG_LEVEL": "error", "PAYORCH_ENVIRONMENT": "development"}
+	if out, err = cli(t, dev, "tenants", "origins", "--tenant", id, "--set", "http://localhost:3000"); err != nil || !strings.Contains(out, "http://localhost:3000") {
+		t.Fatalf("http loopback origin in development: %s %v", out, err)
+	}
+	if out, err = cli(t, env, "tenants", "origins", "--tenant", id, "--set", "", "--json"); err != nil || !strings.Contains(out, `"origins": []`) {
+		t.Fatalf("origins --set \"\": %s %v", out, err)
+	}
+	if _, err := cli(t, env, "tenants", "origins"); err == nil || !strings.Contains(err.Error(), "--tenant") {
+		t.Fatalf("origins without --tenant: %v", err)
+	}
+}
+
 func TestCLIErrors(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -122,10 +172,14 @@ func TestCLIErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"NoCommand":       {nil, nil, "no command"},
-		"UnknownCommand":  {nil, []string{"frobnicate"}, "unknown command"},
-		"BadRateLimit":    {map[string]string{"PAYORCH_RATE_LIMIT": "fast"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
-		"NegativeLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NoCommand":      {nil, nil, "no command"},
+		"UnknownCommand": {nil, []string{"frobnicate"}, "unknown command"},
+		"BadRateLimit":   {map[string]string{"PAYORCH_RATE_LIMIT": "fast"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NegativeLimit":  {map[string]string{"PAYORCH_RATE_LIMIT": "-1"}, []string{"version"}, "PAYORCH_RATE_LIMIT"},
+		"NegativePublishableKeyLimit": {map[string]string{"PAYORCH_PUBLISHABLE_KEY_LIMIT": "-1"}, []string{"version"},
+			"PAYORCH_PUBLISHABLE_KEY_LIMIT"},
+		"BadPublishableClientLimit": {map[string]string{"PAYORCH_PUBLISHABLE_CLIENT_LIMIT": "many"}, []string{"version"},
+			"PAYORCH_PUBLISHABLE_CLIENT_LIMIT"},
 		"BadLogLevel":     {map[string]string{"PAYORCH_LOG_LEVEL": "loud"}, []string{"version"}, "PAYORCH_LOG_LEVEL"},
 		"BadKeyCache":     {map[string]string{"PAYORCH_API_KEY_CACHE": "maybe"}, []string{"version"}, "PAYORCH_API_KEY_CACHE"},
 		"BadReplayCache":  {map[string]string{"PAYORCH_REPLAY_CACHE": "-5"}, []string{"version"}, "PAYORCH_REPLAY_CACHE"},
@@ -268,6 +322,9 @@ func TestDevRunsEverythingAndKeepsItsData(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("no state file %s: %v", name, err)
 		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "vault.keys")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("dev's vault keys: %v (want a file of mode 0600)", err)
 	}
 	pidFile := dir + "/pgdata/postmaster.pid"
 	if _, err := os.Stat(pidFile); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/payorch/payorch/internal/background"
 	"github.com/payorch/payorch/migrations"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
@@ -94,7 +95,13 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 		defer cancel()
 		stopProviders(sctx)
 	}()
-	svc, err := newService(cfg, pool, logger, provs, tel, m.Versions)
+	// The vault (nil: off) is the payment domain's, for the cards of
+	// vaulted methods, and the API's, for /v1/payment_methods.
+	cards, err := openVault(ctx, cfg, pool, logger, tel)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(cfg, pool, logger, provs, tel, m.Versions, cards)
 	if err != nil {
 		return err
 	}
@@ -112,14 +119,14 @@ func serveAPI(ctx context.Context, cfg config, pool, backoffice *pgxpool.Pool, l
 	}
 	rec := newReconciler(cfg, backoffice, replica, logger, provs, tel)
 	hooks := newWebhooks(cfg, pool, logger, tel)
-	jobs, err := backgroundJobs(cfg, svc, hooks, rec, logger)
+	jobs, err := backgroundJobs(cfg, svc, hooks, rec, cards, logger)
 	if err != nil {
 		return err
 	}
 	stopJobs := background.Start(context.WithoutCancel(ctx), jobs...)
 	defer stopJobs()
 
-	srv := newAPIServer(cfg, svc, hooks, rec, logger, tel, metricsHandler, publicURL, tlsConfig)
+	srv := newAPIServer(cfg, apiParts{svc: svc, hooks: hooks, rec: rec, cards: cards}, logger, tel, metricsHandler, publicURL, tlsConfig)
 	logger.Info("payorch serving", "addr", l.Addr().String(), "tls", tlsConfig != nil, "version", buildVersion(),
 		"metrics", metricsAt, "otlp_traces", tel.exporting)
 	if ready != nil {
@@ -183,22 +190,33 @@ func startSideListeners(cfg config, logger *slog.Logger, tel *telemetry) (metric
 	return nil, cfg.MetricsListen + "/metrics", func() { stopMetrics(); stopDebug() }, nil
 }
 
+// apiParts are the services the HTTP API serves; cards is nil when the
+// vault is off (its routes answer 503).
+type apiParts struct {
+	svc   *orchestrator.Service
+	hooks *webhooks.Service
+	rec   *reconcile.Reconciler
+	cards *vault.Vault
+}
+
+// offIfZero is a limit of the configuration (0: off) as httpapi's
+// (negative: off; 0 would be its default).
+func offIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 // newAPIServer is the HTTP API, the console and the health and metrics
 // endpoints, as cfg configures them.
-func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service, rec *reconcile.Reconciler,
-	logger *slog.Logger, tel *telemetry, metricsHandler http.Handler, publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
-	signInLimit := cfg.ConsoleSignInLimit
-	if signInLimit == 0 {
-		signInLimit = -1 // off
-	}
-	authFailureLimit := cfg.AuthFailureLimit
-	if authFailureLimit == 0 {
-		authFailureLimit = -1 // off
-	}
+func newAPIServer(cfg config, parts apiParts, logger *slog.Logger, tel *telemetry, metricsHandler http.Handler,
+	publicURL *url.URL, tlsConfig *tls.Config) *httpapi.Server {
 	return httpapi.New(httpapi.Config{
-		Reconciler:       rec,
-		Service:          svc,
-		Webhooks:         hooks,
+		Reconciler:       parts.rec,
+		Service:          parts.svc,
+		Webhooks:         parts.hooks,
+		Vault:            parts.cards,
 		Logger:           logger,
 		RateLimit:        cfg.RateLimit,
 		ShutdownTimeout:  cfg.ShutdownTimeout,
@@ -207,11 +225,15 @@ func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service
 		MeterProvider:    tel.meterProvider,
 		MetricsHandler:   metricsHandler,
 
-		ConsoleSignInLimit: signInLimit,
-		AuthFailureLimit:   authFailureLimit,
-		TrustedProxies:     cfg.TrustedProxies,
-		PublicURL:          publicURL,
-		TLSConfig:          tlsConfig,
+		ConsoleSignInLimit:     offIfZero(cfg.ConsoleSignInLimit),
+		AuthFailureLimit:       offIfZero(cfg.AuthFailureLimit),
+		PublishableKeyLimit:    offIfZero(cfg.PublishableKeyLimit),
+		PublishableClientLimit: offIfZero(cfg.PublishableClientLimit),
+		// http://localhost origins are for trying the card form locally.
+		AllowHTTPLoopbackOrigins: cfg.Environment != envProduction,
+		TrustedProxies:           cfg.TrustedProxies,
+		PublicURL:                publicURL,
+		TLSConfig:                tlsConfig,
 	})
 }
 
@@ -222,7 +244,7 @@ func newAPIServer(cfg config, svc *orchestrator.Service, hooks *webhooks.Service
 // Several instances may run all of them at once. A job whose interval is
 // 0 is off.
 func backgroundJobs(cfg config, svc *orchestrator.Service, hooks *webhooks.Service, rec *reconcile.Reconciler,
-	logger *slog.Logger) ([]background.Job, error) {
+	cards *vault.Vault, logger *slog.Logger) ([]background.Job, error) {
 	var jobs []background.Job
 	switch {
 	case cfg.APIKeyCache && cfg.listenURL() == "":
@@ -245,6 +267,10 @@ func backgroundJobs(cfg config, svc *orchestrator.Service, hooks *webhooks.Servi
 	}
 	if cfg.SweepInterval > 0 {
 		jobs = append(jobs, svc.KeySweeperJob(cfg.SweepInterval), rec.AbandonedRunsJob(cfg.SweepInterval))
+	}
+	if cards != nil {
+		// Not behind a setting: card rules forbid keeping a CVC.
+		jobs = append(jobs, cards.CVCSweeperJob(cvcSweepInterval))
 	}
 	if cfg.ReconcileSchedule != "off" {
 		sched, err := reconcile.NewScheduler(rec, cfg.ReconcileSchedule, time.Hour)
@@ -270,17 +296,22 @@ func loadTLS(cfg config) (*tls.Config, error) {
 }
 
 // newService wires the domain; schemaVersions (nil for one-shot commands)
-// lets its readiness check (/readyz) see whether migrations are current.
+// lets its readiness check (/readyz) see whether migrations are current,
+// and cards (nil: off) holds the cards of vaulted payment methods.
 // The key cache's listener connects to cfg.listenURL() when that is not
 // DATABASE_URL (DATABASE_DIRECT_URL).
 func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[string]providers.Provider, tel *telemetry,
-	schemaVersions func(context.Context) (current, target int64, err error)) (*orchestrator.Service, error) {
+	schemaVersions func(context.Context) (current, target int64, err error), cards *vault.Vault) (*orchestrator.Service, error) {
 	var listen *pgx.ConnConfig
 	if u := cfg.listenURL(); u != "" && u != cfg.DatabaseURL {
 		var err error
 		if listen, err = pgx.ParseConfig(u); err != nil {
 			return nil, fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
 		}
+	}
+	var cardVault orchestrator.CardVault
+	if cards != nil {
+		cardVault = cards // never a nil *vault.Vault in a non-nil interface
 	}
 	return orchestrator.NewService(orchestrator.Config{
 		Pool:             pool,
@@ -300,6 +331,7 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		ReplayCache:      cfg.ReplayCache,
 		TracerProvider:   tel.tracerProvider,
 		MeterProvider:    tel.meterProvider,
+		Vault:            cardVault,
 	}), nil
 }
 
@@ -318,7 +350,11 @@ func cmdResolve(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return err
 	}
 	defer o.close()
-	svc, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil)
+	cards, err := openVault(ctx, cfg, o.pool, o.logger, o.tel)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(cfg, o.pool, o.logger, o.provs, o.tel, nil, cards)
 	if err != nil {
 		return err
 	}

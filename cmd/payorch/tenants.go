@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/payorch/payorch/orchestrator"
@@ -12,11 +14,13 @@ import (
 
 func cmdTenants(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"tenants: want create or list"}
+		return usageError{"tenants: want create, list or origins"}
 	}
 	fs := newFlagSet("tenants " + args[0])
 	asJSON := fs.Bool("json", false, "print JSON")
 	name := fs.String("name", "", "tenant name")
+	tenant := fs.Int64("tenant", 0, "tenant id (origins)")
+	set := fs.String("set", "", "origins: the browser origins to allow, comma-separated (\"\" for none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageError{err.Error()}
 	}
@@ -25,6 +29,9 @@ func cmdTenants(ctx context.Context, cfg config, args []string, stdout io.Writer
 	}
 	if args[0] == "create" && *name == "" {
 		return usageError{"tenants create: --name is required"}
+	}
+	if args[0] == "origins" && *tenant <= 0 {
+		return usageError{"tenants origins: --tenant is required"}
 	}
 	pool, err := openPool(ctx, cfg, cfg.DatabaseURL, nil)
 	if err != nil {
@@ -61,8 +68,65 @@ func cmdTenants(ctx context.Context, cfg config, args []string, stdout io.Writer
 			fmt.Fprintf(tw, "%d\t%s\t%s\n", t.ID, t.Name, t.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"))
 		}
 		return tw.Flush()
+	case "origins":
+		var origins *[]string
+		if flagSet(fs, "set") {
+			list := splitList(*set)
+			origins = &list
+		}
+		return tenantOrigins(ctx, svc, *tenant, origins, cfg.Environment != envProduction, *asJSON, stdout)
 	}
 	return usageError{fmt.Sprintf("tenants: unknown subcommand %q", args[0])}
+}
+
+// tenantOrigins prints tenant's browser origins, after replacing them with
+// *set when set is not nil (http://loopback origins only when
+// allowLoopbackHTTP: outside production).
+func tenantOrigins(ctx context.Context, svc *orchestrator.Service, tenant int64, set *[]string, allowLoopbackHTTP, asJSON bool,
+	stdout io.Writer) error {
+	var (
+		origins []string
+		err     error
+	)
+	if set != nil {
+		origins, err = svc.SetBrowserOrigins(ctx, tenant, *set, allowLoopbackHTTP)
+	} else {
+		origins, err = svc.BrowserOrigins(ctx, tenant)
+	}
+	if err != nil {
+		return cliError(err)
+	}
+	if asJSON {
+		return printJSON(stdout, map[string]any{"tenant_id": tenant, "origins": origins})
+	}
+	if len(origins) == 0 {
+		fmt.Fprintf(stdout, "tenant %d allows no browser origin\n", tenant)
+		return nil
+	}
+	fmt.Fprintf(stdout, "tenant %d allows browsers from:\n", tenant)
+	for _, o := range origins {
+		fmt.Fprintf(stdout, "  %s\n", o)
+	}
+	return nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// splitList splits a comma-separated list, dropping blanks around and
+// between items.
+func splitList(s string) []string {
+	out := []string{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func cmdAPIKeys(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
@@ -72,8 +136,8 @@ func cmdAPIKeys(ctx context.Context, cfg config, args []string, stdout io.Writer
 	sub := args[0]
 	fs := newFlagSet("apikeys " + sub)
 	asJSON := fs.Bool("json", false, "print JSON")
-	role := fs.String("role", "", "merchant, support, finance or admin")
-	tenant := fs.Int64("tenant", 0, "tenant id (merchant keys)")
+	role := fs.String("role", "", "merchant, support, finance, admin or publishable")
+	tenant := fs.Int64("tenant", 0, "tenant id (merchant and publishable keys)")
 	desc := fs.String("description", "", "what the key is for")
 	// Allow `apikeys revoke KEY_ID --json` as well as flags first.
 	rest := args[1:]
