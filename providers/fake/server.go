@@ -26,8 +26,8 @@ type Server struct {
 	tokenHash [sha256.Size]byte
 	// cardKey keys the HMAC of card numbers in idempotency fingerprints.
 	cardKey []byte
-	done      chan struct{}
-	once      sync.Once
+	done    chan struct{}
+	once    sync.Once
 
 	faults faultSet
 	// hooks sends webhooks; nil when Config.WebhookURL is empty.

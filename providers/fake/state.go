@@ -37,8 +37,8 @@ type stateDoc struct {
 
 // holdState is a hold as stored.
 type holdState struct {
-	Ref           string            `json:"ref"`
-	PaymentMethod string            `json:"payment_method"`
+	Ref           string `json:"ref"`
+	PaymentMethod string `json:"payment_method"`
 	// Card (brand, last4) and CardDecline: a hold charged to a card.
 	Card          *cardJSON         `json:"card,omitempty"`
 	CardDecline   string            `json:"card_decline,omitempty"`
