@@ -88,22 +88,25 @@ func (c *Client) CheckPaymentMethod(pm string) error {
 // (invalid_request, idempotency_key_mismatch), KindNotExecuted
 // (idempotency_key_in_use, provider_unavailable, connection failures),
 // KindUnknown (timeout, provider_error).
+//
+// With req.Card set, the card is sent in place of req.PaymentMethod (the
+// vaulted method's id, which the fake knows nothing of). Card data the fake
+// refuses (invalid_number, incorrect_number, invalid_expiry_month,
+// invalid_expiry_year, invalid_cvc) is KindDeclined with that code and no
+// hold. Every error is scrubbed of the card (providers.ScrubError), the
+// *APIError it carries included. A retry without the CVC (the vault erased
+// it) is the same request to the fake: it replays the first answer.
 func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
-	in := authorizeParams{
-		AmountMinor:   req.AmountMinor,
-		Currency:      req.Currency,
-		PaymentMethod: req.PaymentMethod,
-		Description:   req.Description,
+	h, err := c.authorize(ctx, req)
+	if req.Card != nil {
+		err = scrubbed(err, req.Card)
 	}
-	if req.PaymentID != "" || req.TenantID != 0 {
-		in.Metadata = map[string]string{}
-		if req.PaymentID != "" {
-			in.Metadata[metaPaymentID] = req.PaymentID
-		}
-		if req.TenantID != 0 {
-			in.Metadata[metaTenantID] = strconv.FormatInt(req.TenantID, 10)
-		}
-	}
+	return h, err
+}
+
+// authorize is Authorize before its error is scrubbed.
+func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
+	in := authorizeParamsOf(req)
 	// Create first (nothing is held yet), hand the reference over, then
 	// confirm: a lost confirmation answer is settled by one Lookup. Both
 	// carry the same key; the provider scopes keys by route.
@@ -130,6 +133,46 @@ func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) 
 		v = *ae.hold
 	}
 	return v.hold(), err
+}
+
+// authorizeParamsOf is the body of the create request for req.
+func authorizeParamsOf(req providers.AuthorizeRequest) authorizeParams {
+	in := authorizeParams{
+		AmountMinor:   req.AmountMinor,
+		Currency:      req.Currency,
+		PaymentMethod: req.PaymentMethod,
+		Description:   req.Description,
+	}
+	if c := req.Card; c != nil {
+		in.PaymentMethod = ""
+		in.Card = &cardParams{Number: c.Number, ExpMonth: c.ExpMonth, ExpYear: c.ExpYear, CVC: c.CVC, HolderName: c.HolderName}
+	}
+	if req.PaymentID != "" || req.TenantID != 0 {
+		in.Metadata = map[string]string{}
+		if req.PaymentID != "" {
+			in.Metadata[metaPaymentID] = req.PaymentID
+		}
+		if req.TenantID != 0 {
+			in.Metadata[metaTenantID] = strconv.FormatInt(req.TenantID, 10)
+		}
+	}
+	return in
+}
+
+// scrubbed returns err without the card in its text: the message of the
+// *APIError it carries (an answer that quotes the request), then the
+// whole error (providers.ScrubError).
+func scrubbed(err error, card *providers.Card) error {
+	if pe, ok := err.(*providers.Error); ok {
+		if ae, ok := pe.Err.(*APIError); ok {
+			clean := *ae
+			clean.Message = providers.ScrubCard(ae.Message, card)
+			cp := *pe
+			cp.Err = &clean
+			err = &cp
+		}
+	}
+	return providers.ScrubError(err, card)
 }
 
 // Capture captures req.AmountMinor (all when zero) of a hold with POST

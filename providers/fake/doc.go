@@ -1,7 +1,8 @@
 // Package fake is payorch's own payment provider: a real HTTP service that
 // keeps holds and refunds in memory (and, with Config.StateFile, in a file
 // that survives restarts), honours idempotency keys the way Stripe
-// does, declines on Stripe's test payment methods, injects faults on request
+// does, declines on Stripe's test payment methods and test card numbers,
+// injects faults on request
 // and serves a daily report, plus the Client that implements
 // providers.Provider against it.
 //
@@ -10,7 +11,8 @@
 //
 // # Endpoints
 //
-//	POST   /v1/holds                  create a hold, nothing held (operation "create", not logged)
+//	POST   /v1/holds                  create a hold, nothing held (operation "create", not logged);
+//	                                  payment_method or card (see Cards)
 //	POST   /v1/holds/{ref}/confirm    authorize the created hold (operation "authorize")
 //	POST   /v1/holds/{ref}/capture    capture, 0/omitted = all   (operation "capture")
 //	POST   /v1/holds/{ref}/cancel     void an authorized hold    (operation "cancel")
@@ -40,6 +42,8 @@
 // 409 idempotency_key_in_use. Answers are stored once the operation has
 // executed, business refusals (decline, state_conflict, amount_too_large,
 // hold_expired, resource_missing) included; validation errors are not.
+// A card in the body is compared without its CVC and by an HMAC of its
+// number (see Cards).
 // Admin endpoints need no Idempotency-Key.
 //
 // # Authentication
@@ -86,7 +90,8 @@
 //
 // Errors are {"error":{"type","code","message","param","hold"}} with 400
 // (invalid request or business refusal), 401 (unauthorized: no token),
-// 402 (declined; "hold" carries the declined hold), 404
+// 402 (declined; "hold" carries the declined hold; a card_error about card
+// data carries none), 404
 // (resource_missing), 409 (idempotency_key_in_use), 413 (body too large),
 // 415 (not JSON) and 503 provider_unavailable (a fault that ran nothing).
 //
@@ -101,4 +106,40 @@
 // pm_card_tryAgainLater with try_again_later. A decline still creates a
 // hold in status declined.
 // Any other payment method is a 400 invalid_request.
+//
+// # Cards
+//
+// Instead of payment_method, POST /v1/holds takes a card in the clear:
+// "card": {"number", "exp_month", "exp_year", "cvc" (optional),
+// "holder_name" (optional)}; both at once is a 400. Stripe's test numbers
+// give the outcomes of the matching pm_card_* methods:
+//
+//	4000000000000002  card_declined          4000000000000069  expired_card
+//	4000000000009995  insufficient_funds     4000000000000127  incorrect_cvc
+//	4000000000000119  processing_error       4000000000000101  incorrect_cvc when a CVC is given
+//	4000000000009987  lost_card              4000000000006975  card_velocity_exceeded
+//	4000000000009979  stolen_card            4100000000000019  fraudulent
+//
+// and two numbers of the fake's own, for soft declines Stripe has no test
+// card for: 4000009900000012 (TestCardIssuerUnavailable) declines with
+// issuer_not_available, 4000009900000020 (TestCardTryAgainLater) with
+// try_again_later. Any other number that passes the Luhn check approves
+// (4242424242424242, 5555555555554444, 378282246310005, ...).
+//
+// Card data that cannot be right is refused when the hold is created, as
+// Stripe refuses it, with a 402 card_error naming the field and no hold:
+// invalid_number (not 13 to 19 digits), incorrect_number (fails the Luhn
+// check), invalid_expiry_month (not 1 to 12, or past in the current year),
+// invalid_expiry_year (past, or more than 50 years ahead), invalid_cvc (a
+// CVC not of 3 digits, 4 for American Express).
+//
+// The fake never keeps a card: its outcome is decided when the hold is
+// created, and the hold keeps, shows and stores only "card": {"brand",
+// "last4"}. No answer, log line, webhook or state file holds the number or
+// the CVC. The idempotency fingerprint covers the card without its CVC (a
+// retry that lacks it is the same request: payorch's vault erases the CVC
+// after the first answer) and its number only as an HMAC under a key
+// derived from the server's token, so the state file holds nothing a
+// guessed number can be tested against; after a restart with another
+// token, a retried card authorization is a mismatch.
 package fake

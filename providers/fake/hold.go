@@ -35,6 +35,11 @@ const (
 type hold struct {
 	ref           string
 	paymentMethod string
+	// card is what a hold charged to a card keeps of it (brand, last4),
+	// cardDecline the decline code its number gives ("" approves), decided
+	// when the hold is created: the number itself is never kept.
+	card          *cardJSON
+	cardDecline   string
 	description   string
 	metadata      map[string]string
 	status        providers.Status
@@ -77,6 +82,7 @@ func (h *hold) view(now time.Time) holdJSON {
 		CapturedMinor: h.captured,
 		RefundedMinor: h.refunded,
 		PaymentMethod: h.paymentMethod,
+		Card:          h.card,
 		DeclineCode:   h.declineCode,
 		Description:   h.description,
 		Metadata:      h.metadata,
@@ -104,6 +110,7 @@ type holdJSON struct {
 	CapturedMinor int64             `json:"captured_minor"`
 	RefundedMinor int64             `json:"refunded_minor"`
 	PaymentMethod string            `json:"payment_method,omitempty"`
+	Card          *cardJSON         `json:"card,omitempty"`
 	DeclineCode   string            `json:"decline_code,omitempty"`
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
@@ -128,13 +135,28 @@ func (v holdJSON) hold() providers.Hold {
 	}
 }
 
-// authorizeParams is the body of POST /v1/holds.
+// authorizeParams is the body of POST /v1/holds: a payment method, or a
+// card in the clear.
 type authorizeParams struct {
 	AmountMinor   int64             `json:"amount_minor"`
 	Currency      string            `json:"currency"`
 	PaymentMethod string            `json:"payment_method,omitempty"`
+	Card          *cardParams       `json:"card,omitempty"`
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+// fingerprinted is what the idempotency fingerprint covers: the
+// parameters as they are, a card as its cardFingerprint (no number in the
+// clear, no CVC).
+func (p *authorizeParams) fingerprinted(key []byte) any {
+	if p.Card == nil {
+		return p
+	}
+	return struct {
+		authorizeParams
+		Card *cardFingerprint `json:"card"`
+	}{*p, p.Card.fingerprinted(key)}
 }
 
 func (p *authorizeParams) validate() *apiError {
@@ -146,6 +168,14 @@ func (p *authorizeParams) validate() *apiError {
 	}
 	if _, ok := paymentMethods[p.PaymentMethod]; p.PaymentMethod != "" && !ok {
 		return invalid("payment_method", "no such payment method: %q", p.PaymentMethod)
+	}
+	if p.Card != nil {
+		if p.PaymentMethod != "" {
+			return invalid("card", "give a payment_method or a card, not both")
+		}
+		if e := p.Card.validate(); e != nil {
+			return e
+		}
 	}
 	if len(p.Description) > 1000 {
 		return invalid("description", "description is longer than 1000 characters")
@@ -226,11 +256,20 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 
 // create records a hold awaiting confirmation: its reference exists before
 // any money is held, so a caller can save it first (Stripe's create, then
-// confirm). Called with s.mu held.
+// confirm). A card is checked here, and its outcome decided, because its
+// number is not kept for the confirmation. Called with s.mu held.
 func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 	pm := p.PaymentMethod
-	if pm == "" {
+	if pm == "" && p.Card == nil {
 		pm = defaultPaymentMethod
+	}
+	var card *cardJSON
+	var cardDecline string
+	if p.Card != nil {
+		if e := p.Card.check(now); e != nil {
+			return refused(Operation{}, e)
+		}
+		card, cardDecline = p.Card.shown(), p.Card.decline()
 	}
 	meta := make(map[string]string, len(p.Metadata))
 	for k, v := range p.Metadata {
@@ -239,6 +278,8 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 	h := &hold{
 		ref:           newID("fh_"),
 		paymentMethod: pm,
+		card:          card,
+		cardDecline:   cardDecline,
 		description:   p.Description,
 		metadata:      meta,
 		status:        providers.StatusRequiresConfirmation,
@@ -268,7 +309,11 @@ func (s *Server) confirm(now time.Time, ref string) outcome {
 		return refused(op, rejected(providers.CodeStateConflict, "only a hold awaiting confirmation can be confirmed; this one is %s", h.view(now).Status))
 	}
 	h.status, h.captureBefore = providers.StatusAuthorized, now.Add(s.cfg.HoldLifetime)
-	if code := paymentMethods[h.paymentMethod]; code != "" {
+	code := paymentMethods[h.paymentMethod]
+	if h.card != nil {
+		code = h.cardDecline
+	}
+	if code != "" {
 		h.status, h.declineCode, h.captureBefore = providers.StatusDeclined, code, time.Time{}
 	}
 	h.touch(now)

@@ -50,11 +50,21 @@ func checkKey(key string) *apiError {
 	return nil
 }
 
+// fingerprinter is implemented by parameters the fingerprint must not
+// cover as they are (a card: see cardFingerprint).
+type fingerprinter interface {
+	fingerprinted(cardKey []byte) any
+}
+
 // fingerprint identifies a request's parameters: its endpoint, its path
 // reference and the canonical JSON of its decoded body, so key order,
 // whitespace and number spelling do not matter.
-func fingerprint(pattern, ref string, p params) [32]byte {
-	b, err := json.Marshal(p)
+func fingerprint(pattern, ref string, p params, cardKey []byte) [32]byte {
+	var v any = p
+	if f, ok := p.(fingerprinter); ok {
+		v = f.fingerprinted(cardKey)
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic("fake: fingerprint: " + err.Error())
 	}
@@ -86,7 +96,7 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 		writeError(w, e)
 		return
 	}
-	fp := fingerprint(r.Pattern, r.PathValue("ref"), p)
+	fp := fingerprint(r.Pattern, r.PathValue("ref"), p, s.cardKey)
 
 	plan := s.faults.take(op, key)
 	if plan.errStatus != 0 {

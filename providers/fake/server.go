@@ -24,8 +24,10 @@ type Server struct {
 	mux *http.ServeMux
 	// tokenHash is the SHA-256 of cfg.Token, which every request carries.
 	tokenHash [sha256.Size]byte
-	done      chan struct{}
-	once      sync.Once
+	// cardKey keys the HMAC of card numbers in idempotency fingerprints.
+	cardKey []byte
+	done    chan struct{}
+	once    sync.Once
 
 	faults faultSet
 	// hooks sends webhooks; nil when Config.WebhookURL is empty.
@@ -69,6 +71,7 @@ func newServer(cfg Config) (*Server, error) {
 		keys:    make(map[string]*keyEntry),
 	}
 	s.tokenHash = sha256.Sum256([]byte(cfg.Token))
+	s.cardKey = cardKey(cfg.Token)
 	s.routes()
 	if cfg.StateFile != "" {
 		if err := s.loadState(); err != nil {

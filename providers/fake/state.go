@@ -37,8 +37,11 @@ type stateDoc struct {
 
 // holdState is a hold as stored.
 type holdState struct {
-	Ref           string            `json:"ref"`
-	PaymentMethod string            `json:"payment_method"`
+	Ref           string `json:"ref"`
+	PaymentMethod string `json:"payment_method"`
+	// Card (brand, last4) and CardDecline: a hold charged to a card.
+	Card          *cardJSON         `json:"card,omitempty"`
+	CardDecline   string            `json:"card_decline,omitempty"`
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 	Status        providers.Status  `json:"status"`
@@ -152,7 +155,8 @@ func (s *Server) snapshotLocked() *stateDoc {
 	}
 	for _, h := range s.order {
 		doc.Holds = append(doc.Holds, holdState{
-			Ref: h.ref, PaymentMethod: h.paymentMethod, Description: h.description, Metadata: h.metadata,
+			Ref: h.ref, PaymentMethod: h.paymentMethod, Card: h.card, CardDecline: h.cardDecline,
+			Description: h.description, Metadata: h.metadata,
 			Status: h.status, AmountMinor: h.amount, CapturedMinor: h.captured, RefundedMinor: h.refunded,
 			Currency: h.currency, DeclineCode: h.declineCode,
 			CreatedAt: h.created, UpdatedAt: h.updated, CaptureBefore: h.captureBefore, Touched: h.touched,
@@ -236,7 +240,8 @@ func (s *Server) restore(b []byte) error {
 			meta = map[string]string{}
 		}
 		h := &hold{
-			ref: hs.Ref, paymentMethod: hs.PaymentMethod, description: hs.Description, metadata: meta,
+			ref: hs.Ref, paymentMethod: hs.PaymentMethod, card: hs.Card, cardDecline: hs.CardDecline,
+			description: hs.Description, metadata: meta,
 			status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
 			currency: hs.Currency, declineCode: hs.DeclineCode,
 			created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,

@@ -1,7 +1,8 @@
 // Package providertest is the behaviour suite every providers.Provider
-// passes: holds, captures, cancels, refunds, lookups and reports, the
-// idempotency of forwarded keys, the classification of declines, refusals
-// and unknown outcomes, and OnReference.
+// passes: holds (charging payment methods and cards), captures, cancels,
+// refunds, lookups and reports, the idempotency of forwarded keys (a card's
+// retry without its CVC included), the classification of declines,
+// refusals and unknown outcomes, and OnReference.
 //
 // A provider's own test calls Run with a Harness:
 //
@@ -60,6 +61,11 @@ type Harness struct {
 	// Payment methods that approve, decline with card_declined and decline
 	// with insufficient_funds; default Stripe's test payment methods.
 	ApprovedMethod, DeclinedMethod, InsufficientFundsMethod string
+	// Card numbers that approve, decline with card_declined, with
+	// insufficient_funds, and with SoftDeclineCode (a soft decline);
+	// default Stripe's test numbers (4242424242424242, 4000000000000002,
+	// 4000000000009995, 4000000000000119 with processing_error).
+	ApprovedCard, DeclinedCard, InsufficientFundsCard, SoftDeclineCard, SoftDeclineCode string
 	// InvalidMethod is a payment method CheckPaymentMethod refuses;
 	// default "visa".
 	InvalidMethod string
@@ -82,6 +88,18 @@ func (h Harness) withDefaults() Harness {
 	}
 	if h.InsufficientFundsMethod == "" {
 		h.InsufficientFundsMethod = "pm_card_chargeDeclinedInsufficientFunds"
+	}
+	if h.ApprovedCard == "" {
+		h.ApprovedCard = "4242424242424242"
+	}
+	if h.DeclinedCard == "" {
+		h.DeclinedCard = "4000000000000002"
+	}
+	if h.InsufficientFundsCard == "" {
+		h.InsufficientFundsCard = "4000000000009995"
+	}
+	if h.SoftDeclineCard == "" {
+		h.SoftDeclineCard, h.SoftDeclineCode = "4000000000000119", "processing_error"
 	}
 	if h.InvalidMethod == "" {
 		h.InvalidMethod = "visa"
@@ -123,6 +141,12 @@ func Run(t *testing.T, h Harness) {
 		{"ReportListsTheDaysHolds", testReportListsTheDaysHolds},
 		{"OnReferenceCalledBeforeReturn", testOnReferenceCalledBeforeReturn},
 		{"ForwardedKeysNeverCollideAcrossTenants", testForwardedKeysNeverCollideAcrossTenants},
+		{"CardApproves", testCardApproves},
+		{"CardDeclineIsKindDeclinedWithCode", testCardDeclineIsKindDeclinedWithCode},
+		{"CardRetryReturnsSameHold", testCardRetryReturnsSameHold},
+		{"CardRetryWithoutCVCReturnsSameHold", testCardRetryWithoutCVCReturnsSameHold},
+		{"CardOtherCardSameKeyIsRejectedMismatch", testCardOtherCardSameKeyIsRejectedMismatch},
+		{"CardDataThatCannotBeRightIsDeclined", testCardDataThatCannotBeRightIsDeclined},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,22 @@
 // payment_method_details.card.capture_before). The PaymentIntent's
 // metadata carries payment_id and tenant_id.
 //
+// # Cards
+//
+// A card from payorch's vault (AuthorizeRequest.Card) is sent with the
+// confirmation as payment_method_data[type]=card and
+// payment_method_data[card][number|exp_month|exp_year|cvc] (the CVC only
+// while the vault still has it), with payment_method_data[billing_details]
+// [name] when the card has a holder; the PaymentIntent is then created
+// without a payment method, and the vaulted method's id is never sent. A
+// live or test account must be enabled for raw card data first (see
+// card.go: Stripe support, with a PCI DSS SAQ D or Attestation of
+// Compliance, every year); until then every card authorization fails with
+// an invalid_request_error and moves no money. A card's retry without its
+// CVC settles from the PaymentIntent (card.go). No error the adapter
+// returns for a card authorization quotes the number or the CVC: messages
+// are scrubbed (providers.ScrubCard), Stripe's included.
+//
 // # Idempotency
 //
 // Every write carries the forwarded key the orchestrator derived
@@ -58,7 +74,11 @@
 //     declines (expired_card). Methods that need 3-D Secure
 //     (pm_card_authenticationRequired) fail at confirmation
 //     (error_on_requires_action) instead of waiting for a customer who is
-//     not there.
+//     not there. With an account enabled for raw card data (card.go),
+//     vaulted cards with Stripe's test numbers work too: 4242424242424242
+//     approves, 4000000000000002 declines (card_declined),
+//     4000000000009995 (insufficient_funds), 4000000000000119
+//     (processing_error, a soft decline).
 //
 //  4. The payment's provider_ref is the PaymentIntent id (pi_…): find it in
 //     the Dashboard under Payments, with payment_id and tenant_id in its
@@ -85,7 +105,9 @@
 // 127.0.0.1:12111`, STRIPE_API_BASE=http://127.0.0.1:12111, any
 // sk_test_… key. stripe-mock is stateless: it checks requests against
 // Stripe's OpenAPI spec and answers fixtures, so it cannot show declines,
-// captures or idempotency. The package's tests do both: a stateful
+// captures or idempotency. The public spec leaves raw card parameters out,
+// so stripe-mock refuses payment_method_data[type]=card; the package's
+// tests have it check the card hash as the PaymentMethod it creates. The package's tests do both: a stateful
 // Stripe-shaped server runs the provider behaviour suite, and stripe-mock
 // validates every request the adapter sends.
 package stripe

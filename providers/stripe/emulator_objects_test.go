@@ -2,12 +2,15 @@ package stripe
 
 import (
 	"cmp"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/payorch/payorch/providers"
 )
 
 // The emulator's objects. Endpoint methods run with the emulator's mu held.
@@ -20,9 +23,20 @@ type emuIntent struct {
 	created, canceledAt                      int64
 	charge                                   string
 	lastError                                map[string]any
+	// card is the card sent with the confirmation (payment_method_data).
+	card *emuCard
+}
+
+// emuCard is what the emulator keeps of a card it was sent: what Stripe
+// shows of it, and the outcome its number gives.
+type emuCard struct {
+	brand, last4      string
+	expMonth, expYear int
+	code, declineCode string
 }
 
 type emuCharge struct {
+	card                                      *emuCard
 	id, intent, currency, status, failureCode string
 	amount, captured, refunded                int64
 	isCaptured                                bool
@@ -69,13 +83,17 @@ func (e *emulator) createIntent(_ *http.Request, f url.Values) answer {
 		e.t.Errorf("emulator: PaymentIntent created with capture_method %q, payment_method_types %q",
 			f.Get("capture_method"), f.Get("payment_method_types[0]"))
 	}
+	// No payment method: a card comes with the confirmation.
 	pm := f.Get("payment_method")
-	if _, ok := emuDeclines[pm]; !ok {
+	status := "requires_confirmation"
+	if _, ok := emuDeclines[pm]; pm == "" {
+		status = "requires_payment_method"
+	} else if !ok {
 		return stripeError(http.StatusBadRequest, "invalid_request_error", "resource_missing", "No such PaymentMethod: "+pm, "payment_method")
 	}
 	pi := &emuIntent{
 		id: e.newID("pi"), amount: amount, currency: f.Get("currency"), description: f.Get("description"),
-		paymentMethod: pm, metadata: map[string]string{}, status: "requires_confirmation", created: now(),
+		paymentMethod: pm, metadata: map[string]string{}, status: status, created: now(),
 	}
 	for k, v := range f {
 		if name, ok := strings.CutPrefix(k, "metadata["); ok {
@@ -107,25 +125,85 @@ func (e *emulator) confirmIntent(r *http.Request, f url.Values) answer {
 	if missing != nil {
 		return *missing
 	}
-	if pi.status != "requires_confirmation" {
+	card, refused := e.cardOf(f)
+	withCard := card != nil || refused != nil
+	// Stripe confirms a PaymentIntent that has its payment method, or one
+	// still waiting for it when the confirmation brings a card.
+	if pi.status != "requires_confirmation" && (!withCard || pi.status != "requires_payment_method") {
 		return e.unexpectedState(pi, "confirm")
 	}
-	ch := &emuCharge{id: e.newID("ch"), intent: pi.id, currency: pi.currency, amount: pi.amount, created: now()}
+	if refused != nil {
+		pi.status = "requires_payment_method"
+		pi.lastError = maps.Clone(refused.body.(map[string]any)["error"].(map[string]any))
+		return withIntent(*refused, e.intentJSON(pi, false))
+	}
+	code, decline := "card_declined", emuDeclines[pi.paymentMethod]
+	if card != nil {
+		pi.paymentMethod, pi.card = e.newID("pm"), card
+		code, decline = card.code, card.declineCode
+	}
+	ch := &emuCharge{id: e.newID("ch"), intent: pi.id, currency: pi.currency, amount: pi.amount, created: now(), card: pi.card}
 	e.charges[ch.id] = ch
 	pi.charge = ch.id
-	if decline := emuDeclines[pi.paymentMethod]; decline != "" {
-		ch.status, ch.failureCode = "failed", "card_declined"
+	if decline != "" || card != nil && code != "" {
+		ch.status, ch.failureCode = "failed", code
 		pi.status = "requires_payment_method"
-		pi.lastError = map[string]any{"type": "card_error", "code": "card_declined", "decline_code": decline,
-			"message": "Your card was declined.", "charge": ch.id}
-		a := stripeError(http.StatusPaymentRequired, "card_error", "card_declined", "Your card was declined.", "")
+		a := stripeError(http.StatusPaymentRequired, "card_error", code, "Your card was declined.", "")
 		errBody := a.body.(map[string]any)["error"].(map[string]any)
-		errBody["decline_code"], errBody["charge"] = decline, ch.id
+		errBody["charge"] = ch.id
+		if decline != "" {
+			errBody["decline_code"] = decline
+		}
+		pi.lastError = maps.Clone(errBody)
 		return withIntent(a, e.intentJSON(pi, false))
 	}
 	ch.status, ch.captureBefore = "succeeded", time.Unix(ch.created, 0).Add(holdLife).Unix()
 	pi.status, pi.capturable = "requires_capture", pi.amount
 	return answer{status: http.StatusOK, body: e.intentJSON(pi, expands(f, "latest_charge"))}
+}
+
+// emuCardOutcomes are Stripe's test numbers the emulator declines, with
+// the error code and decline code Stripe answers; any other number that
+// passes the Luhn check approves.
+var emuCardOutcomes = map[string][2]string{
+	"4000000000000002": {"card_declined", "generic_decline"},
+	"4000000000009995": {"card_declined", "insufficient_funds"},
+	"4000000000000119": {"processing_error", ""},
+	"4000000000000127": {"incorrect_cvc", "incorrect_cvc"},
+}
+
+// cardOf reads the card of a confirmation's payment_method_data: nil when
+// there is none, or the 402 card_error Stripe answers card data that
+// cannot be right with (its message never quotes the data).
+func (e *emulator) cardOf(f url.Values) (*emuCard, *answer) {
+	if f.Get("payment_method_data[type]") == "" {
+		return nil, nil
+	}
+	if f.Get("payment_method_data[type]") != "card" || f.Get("payment_method") != "" {
+		e.t.Errorf("emulator: confirmation with payment_method_data of type %q and payment_method %q",
+			f.Get("payment_method_data[type]"), f.Get("payment_method"))
+	}
+	number, cvc := f.Get("payment_method_data[card][number]"), f.Get("payment_method_data[card][cvc]")
+	month, errM := strconv.Atoi(f.Get("payment_method_data[card][exp_month]"))
+	year, errY := strconv.Atoi(f.Get("payment_method_data[card][exp_year]"))
+	refuse := func(code, param, msg string) (*emuCard, *answer) {
+		a := stripeError(http.StatusPaymentRequired, "card_error", code, msg, "payment_method_data[card]["+param+"]")
+		return nil, &a
+	}
+	switch {
+	case !providers.LuhnValid(number) || len(number) < 13 || len(number) > 19:
+		return refuse("incorrect_number", "number", "Your card number is incorrect.")
+	case errM != nil || month < 1 || month > 12:
+		return refuse("invalid_expiry_month", "exp_month", "Your card's expiration month is invalid.")
+	case errY != nil || year < time.Now().Year():
+		return refuse("invalid_expiry_year", "exp_year", "Your card's expiration year is invalid.")
+	case cvc != "" && len(cvc) != 3 && len(cvc) != 4:
+		return refuse("invalid_cvc", "cvc", "Your card's security code is invalid.")
+	}
+	out := emuCardOutcomes[number]
+	brand := map[byte]string{'4': "visa", '5': "mastercard", '3': "amex", '6': "discover"}[number[0]]
+	return &emuCard{brand: brand, last4: number[len(number)-4:], expMonth: month, expYear: year,
+		code: out[0], declineCode: out[1]}, nil
 }
 
 func (e *emulator) captureIntent(r *http.Request, f url.Values) answer {
@@ -344,7 +422,7 @@ func (e *emulator) intentJSON(pi *emuIntent, expandCharge bool) map[string]any {
 		"amount_received": pi.received, "capture_method": "manual", "client_secret": pi.id + "_secret_emulated",
 		"confirmation_method": "automatic", "created": pi.created, "currency": pi.currency,
 		"description": nullable(pi.description), "metadata": pi.metadata, "livemode": false,
-		"payment_method": pi.paymentMethod, "payment_method_types": []string{"card"}, "status": pi.status,
+		"payment_method": nullable(pi.paymentMethod), "payment_method_types": []string{"card"}, "status": pi.status,
 		"canceled_at": nil, "cancellation_reason": nullable(pi.cancellationReason),
 		"last_payment_error": nil, "latest_charge": nil,
 	}
@@ -365,6 +443,10 @@ func (e *emulator) intentJSON(pi *emuIntent, expandCharge bool) map[string]any {
 
 func (e *emulator) chargeJSON(ch *emuCharge) map[string]any {
 	card := map[string]any{"brand": "visa", "last4": "4242", "capture_before": nil}
+	if c := ch.card; c != nil {
+		card = map[string]any{"brand": c.brand, "last4": c.last4, "exp_month": c.expMonth, "exp_year": c.expYear,
+			"capture_before": nil}
+	}
 	if ch.captureBefore != 0 {
 		card["capture_before"] = ch.captureBefore
 	}

@@ -107,7 +107,10 @@ func newEmulator(t *testing.T) *emulator {
 	mux.HandleFunc("POST /v1/payment_intents", e.write(e.createIntent, "amount", "currency", "capture_method",
 		"payment_method", "payment_method_types[", "description", "metadata[", "expand[",
 		"payment_method_options[card][request_extended_authorization]"))
-	mux.HandleFunc("POST /v1/payment_intents/{id}/confirm", e.write(e.confirmIntent, "error_on_requires_action", "expand["))
+	mux.HandleFunc("POST /v1/payment_intents/{id}/confirm", e.write(e.confirmIntent, "error_on_requires_action", "expand[",
+		"payment_method_data[type]",
+		"payment_method_data[card][number]", "payment_method_data[card][exp_month]", "payment_method_data[card][exp_year]",
+		"payment_method_data[card][cvc]", "payment_method_data[billing_details][name]"))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", e.write(e.captureIntent, "amount_to_capture", "expand["))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/cancel", e.write(e.cancelIntent, "cancellation_reason", "expand["))
 	mux.HandleFunc("POST /v1/refunds", e.write(e.createRefund, "payment_intent", "amount", "expand["))

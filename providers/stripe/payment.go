@@ -44,16 +44,37 @@ func (c *Client) CheckPaymentMethod(pm string) error {
 // the same key finds the same PaymentIntent and replays the confirmation.
 // The PaymentIntent's metadata carries payment_id and tenant_id.
 //
+// With req.Card set, the PaymentIntent is created without a payment method
+// and the card is sent with the confirmation as payment_method_data (see
+// card.go): req.PaymentMethod, the vaulted method's id, is never sent.
+// Every error is then scrubbed of the card (providers.ScrubError), the
+// *stripe.Error it carries included.
+//
 // An error from OnReference is returned wrapped, KindNotExecuted (the
 // PaymentIntent exists but holds nothing; the retry confirms it). A
 // decline is KindDeclined with its decline code, returned with the
-// declined hold. When the confirmation's answer is lost while ctx is still
-// live (a 5xx, a reset, the HTTP client's timeout), or Stripe refuses it
-// because the PaymentIntent is past confirmation (its confirm key expired),
-// one retrieve settles it: an authorized or declined PaymentIntent is the
-// answer; anything else returns the confirmation's error. Other errors are
-// classified as classify says.
+// declined hold; so is card data Stripe refuses (incorrect_number,
+// invalid_expiry_year, invalid_cvc, ...). When the confirmation's answer
+// is lost while ctx is still live (a 5xx, a reset, the HTTP client's
+// timeout), or Stripe refuses it because the PaymentIntent is past
+// confirmation (its confirm key expired), or refuses a card's confirmation
+// resent without its CVC (card.go), one retrieve settles it: an
+// authorized or declined PaymentIntent is the answer; anything else
+// returns the confirmation's error. Other errors are classified as
+// classify says.
 func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
+	h, err := c.authorize(ctx, req)
+	if req.Card != nil && err != nil {
+		err = scrubbed(err, req.Card)
+	}
+	return h, err
+}
+
+// authorize is Authorize before its error is scrubbed. It cannot place two
+// holds for one key: the create and the confirmation carry keys derived
+// from it, so a retry finds the first PaymentIntent and replays (or is
+// refused) its confirmation, and a PaymentIntent holds money once at most.
+func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
 	if err := checkWrite(opCreate, req.Key, keyConfirm, "", false); err != nil {
 		return providers.Hold{}, err
 	}
@@ -62,15 +83,40 @@ func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) 
 		return providers.Hold{}, rejected(opCreate, fmt.Sprintf("amount %d is not positive", req.AmountMinor))
 	case req.Currency == "":
 		return providers.Hold{}, rejected(opCreate, "no currency")
-	case req.PaymentMethod == "":
+	case req.PaymentMethod == "" && req.Card == nil:
 		return providers.Hold{}, rejected(opCreate, "no payment method")
 	}
+	p := intentParams(req)
+	p.SetIdempotencyKey(req.Key + keyCreate)
+	cl := newCall(ctx, opCreate)
+	p.Context = cl.ctx
+	created, err := c.intents.New(p)
+	if err != nil {
+		return providers.Hold{}, cl.fail(err)
+	}
+	if req.OnReference != nil {
+		if cbErr := req.OnReference(ctx, created.ID); cbErr != nil {
+			return providers.Hold{}, &providers.Error{
+				Kind: providers.KindNotExecuted, Code: providers.CodeProviderInternalError,
+				Message: fmt.Sprintf("stripe %s: PaymentIntent %s created but OnReference failed; not confirmed", opCreate, created.ID),
+				Err:     cbErr,
+			}
+		}
+	}
+	return c.confirm(ctx, req.Key+keyConfirm, created, req.Card)
+}
+
+// intentParams are the parameters of the PaymentIntent's creation: the
+// payment method, unless a card is to be sent with the confirmation.
+func intentParams(req providers.AuthorizeRequest) *stripego.PaymentIntentParams {
 	p := &stripego.PaymentIntentParams{
 		Amount:             stripego.Int64(req.AmountMinor),
 		Currency:           stripego.String(strings.ToLower(req.Currency)),
 		CaptureMethod:      stripego.String(string(stripego.PaymentIntentCaptureMethodManual)),
-		PaymentMethod:      stripego.String(req.PaymentMethod),
 		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if req.Card == nil {
+		p.PaymentMethod = stripego.String(req.PaymentMethod)
 	}
 	if req.Description != "" {
 		p.Description = stripego.String(req.Description)
@@ -89,32 +135,19 @@ func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) 
 	if req.TenantID != 0 {
 		p.AddMetadata(metaTenantID, strconv.FormatInt(req.TenantID, 10))
 	}
-	p.SetIdempotencyKey(req.Key + keyCreate)
-	cl := newCall(ctx, opCreate)
-	p.Context = cl.ctx
-	created, err := c.intents.New(p)
-	if err != nil {
-		return providers.Hold{}, cl.fail(err)
-	}
-	if req.OnReference != nil {
-		if cbErr := req.OnReference(ctx, created.ID); cbErr != nil {
-			return providers.Hold{}, &providers.Error{
-				Kind: providers.KindNotExecuted, Code: providers.CodeProviderInternalError,
-				Message: fmt.Sprintf("stripe %s: PaymentIntent %s created but OnReference failed; not confirmed", opCreate, created.ID),
-				Err:     cbErr,
-			}
-		}
-	}
-	return c.confirm(ctx, req.Key+keyConfirm, created)
+	return p
 }
 
-// confirm confirms a created PaymentIntent and settles a lost or refused
-// answer with one retrieve (see Authorize).
-func (c *Client) confirm(ctx context.Context, key string, created *stripego.PaymentIntent) (providers.Hold, error) {
+// confirm confirms a created PaymentIntent, with card when set, and
+// settles a lost or refused answer with one retrieve (see Authorize).
+func (c *Client) confirm(ctx context.Context, key string, created *stripego.PaymentIntent, card *providers.Card) (providers.Hold, error) {
 	p := &stripego.PaymentIntentConfirmParams{
 		// Nobody is there to authenticate: fail instead of waiting in
 		// requires_action.
 		ErrorOnRequiresAction: stripego.Bool(true),
+	}
+	if card != nil {
+		addCard(p, card)
 	}
 	p.AddExpand(expandCharge)
 	p.SetIdempotencyKey(key)
@@ -130,15 +163,28 @@ func (c *Client) confirm(ctx context.Context, key string, created *stripego.Paym
 		return declinedHold(perr, created), perr
 	case perr.Kind == providers.KindUnknown && ctx.Err() == nil,
 		perr.Kind == providers.KindRejected && perr.Code == providers.CodeStateConflict:
-		h, lerr := c.Lookup(ctx, created.ID)
-		switch {
-		case lerr != nil:
-		case h.Status == providers.StatusAuthorized:
-			return h, nil
-		case h.Status == providers.StatusDeclined:
-			return h, &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
-				Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: perr}
-		}
+		return c.settle(ctx, created.ID, perr, nil)
+	case resentWithoutCVC(perr, card):
+		return c.settle(ctx, created.ID, perr, card)
+	}
+	return providers.Hold{}, perr
+}
+
+// settle answers a confirmation whose answer was lost or refused from the
+// PaymentIntent as it now is: authorized or declined is the answer,
+// anything else the confirmation's error perr. With charged set, only a
+// PaymentIntent confirmed with that card (chargedWith) is an answer.
+func (c *Client) settle(ctx context.Context, ref string, perr *providers.Error, charged *providers.Card) (providers.Hold, error) {
+	pi, lerr := c.retrieve(ctx, ref)
+	if lerr != nil || (charged != nil && !chargedWith(pi, charged)) {
+		return providers.Hold{}, perr
+	}
+	switch h := holdOf(pi); h.Status {
+	case providers.StatusAuthorized:
+		return h, nil
+	case providers.StatusDeclined:
+		return h, &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
+			Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: perr}
 	}
 	return providers.Hold{}, perr
 }
@@ -203,8 +249,17 @@ func (c *Client) Cancel(ctx context.Context, req providers.CancelRequest) (provi
 // Lookup retrieves the PaymentIntent ref with its latest charge. An
 // unknown reference is KindRejected with resource_missing.
 func (c *Client) Lookup(ctx context.Context, ref string) (providers.Hold, error) {
+	pi, err := c.retrieve(ctx, ref)
+	if err != nil {
+		return providers.Hold{}, err
+	}
+	return holdOf(pi), nil
+}
+
+// retrieve reads the PaymentIntent ref with its latest charge.
+func (c *Client) retrieve(ctx context.Context, ref string) (*stripego.PaymentIntent, *providers.Error) {
 	if ref == "" {
-		return providers.Hold{}, rejected(opLookup, "empty PaymentIntent reference")
+		return nil, rejected(opLookup, "empty PaymentIntent reference")
 	}
 	p := &stripego.PaymentIntentParams{}
 	p.AddExpand(expandCharge)
@@ -212,9 +267,9 @@ func (c *Client) Lookup(ctx context.Context, ref string) (providers.Hold, error)
 	p.Context = cl.ctx
 	pi, err := c.intents.Get(ref, p)
 	if err != nil {
-		return providers.Hold{}, cl.fail(err)
+		return nil, cl.fail(err)
 	}
-	return holdOf(pi), nil
+	return pi, nil
 }
 
 // holdOf maps a PaymentIntent (latest_charge expanded, or not) to a Hold.
