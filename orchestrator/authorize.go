@@ -374,7 +374,7 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 			req.Card = card
 			// What an adapter's error quotes of the request must not keep
 			// the card (it goes to logs, spans and the payment's history).
-			defer func() { err = scrubCardError(err, card) }()
+			defer func() { err = providers.ScrubError(err, card) }()
 		}
 		hold, err = prov.Authorize(ctx, req)
 		return err

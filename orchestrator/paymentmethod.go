@@ -146,24 +146,3 @@ func (s *Service) afterVaultedAuthorization(ctx context.Context, p Payment) {
 		}
 	}
 }
-
-// scrubCardError returns err with every trace of card removed from its
-// message (providers.ScrubCard), keeping its kind and code: an adapter's
-// error may quote the request it sent. Adapters scrub their own errors;
-// this is the domain's guarantee for any adapter, before the error
-// reaches a log, a span or the payment's history. When any error of the
-// chain quotes the card, the chain is dropped (its causes would print it).
-func scrubCardError(err error, card *providers.Card) error {
-	if err == nil || card == nil {
-		return err
-	}
-	dirty := false
-	for e := err; e != nil && !dirty; e = errors.Unwrap(e) {
-		dirty = providers.ScrubCard(e.Error(), card) != e.Error()
-	}
-	if !dirty {
-		return err
-	}
-	return &providers.Error{Kind: providers.KindOf(err), Code: providers.CodeOf(err),
-		Message: providers.ScrubCard(err.Error(), card)}
-}

@@ -43,9 +43,6 @@ type Config struct {
 	Clock func() time.Time
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
-	// Vault holds the cards of payment methods named "vpm_…"; nil when
-	// payorch's vault is off (then such a method is refused).
-	Vault CardVault
 	// Providers by name; DefaultProvider is used when a request names none.
 	Providers       map[string]providers.Provider
 	DefaultProvider string
