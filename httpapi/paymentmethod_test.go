@@ -51,7 +51,7 @@ func newVaultEnv(t *testing.T, cfg httpapi.Config, origins ...string) *env {
 	pool := pgtest.Pool(t, testDBURL(t))
 	cfg.Vault = vault.New(vault.Config{Pool: pool, Keys: testVaultKeys(t)})
 	cfg.AllowHTTPLoopbackOrigins = true
-	e := newMigratedEnvWith(t, cfg, orchestrator.Config{Pool: pool}, webhooks.Config{})
+	e := newMigratedEnvWith(t, cfg, orchestrator.Config{Pool: pool, Vault: cfg.Vault}, webhooks.Config{})
 	ctx := context.Background()
 	_, ppk, err := e.svc.CreateAPIKey(ctx, orchestrator.RolePublishable, e.tenant, "checkout")
 	if err != nil {

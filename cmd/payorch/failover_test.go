@@ -47,7 +47,7 @@ const (
 // the method's id.
 func createCard(t *testing.T, base, apiKey, number string) string {
 	t.Helper()
-	body := `{"type":"card","card":{"number":"` + number + `","exp_month":12,"exp_year":2099,"cvc":"123"}}`
+	body := `{"type":"card","card":{"number":"` + number + `","exp_month":12,"exp_year":2034,"cvc":"123"}}`
 	status, b := call(t, "POST", base+"/v1/payment_methods", apiKey, "card-"+number, body)
 	if status != 201 {
 		t.Fatalf("create payment method: %d %s", status, b)
