@@ -1,7 +1,9 @@
 package orchestrator_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -78,6 +81,58 @@ func BenchmarkAuthorize(b *testing.B) {
 	}
 }
 
+// BenchmarkAuthorizeVaulted compares new authorizations paying with a
+// card of the vault (looked up, decrypted for the call, sent as a card)
+// with the provider token of BenchmarkAuthorize, alternating in chunks as
+// BenchmarkAuthorize does, on the durable cluster.
+func BenchmarkAuthorizeVaulted(b *testing.B) {
+	w := newBenchWorld(b, pgtest.DurableURL(b))
+	pool, err := pgxpool.New(context.Background(), w.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys, err := vault.ParseKeys("1:"+base64.StdEncoding.EncodeToString(make([]byte, 32)),
+		base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.vaultKeys = keys
+	pm, err := vault.New(vault.Config{Pool: pool, Keys: keys}).Create(context.Background(), vault.CreateInput{TenantID: w.tenant, Key: "bench-card",
+		Card: vault.CardInput{Number: "4242424242424242", ExpMonth: 12, ExpYear: time.Now().Year() + 3, CVC: "123"}})
+	pool.Close() // the benchmark waits for every session to end between chunks
+	if err != nil {
+		b.Fatal(err)
+	}
+	variants := []string{"", pm.ID}
+	names := []string{"token", "vaulted"}
+	var totals [2]benchTotals
+	b.ResetTimer()
+	for round, left := 0, b.N; left > 0; round++ {
+		n := min(left, benchChunk)
+		for i := range variants {
+			v := (round + i) % len(variants)
+			w.method = variants[v]
+			totals[v].add(w.chunk(b, true, n))
+		}
+		left -= n
+	}
+	for i, name := range names {
+		b.ReportMetric(float64(totals[i].requests)/totals[i].elapsed.Seconds(), name+"_req/s")
+		b.ReportMetric(float64(totals[i].cpu.Microseconds())/float64(totals[i].requests), name+"_go_cpu_us/op")
+	}
+	b.ReportMetric((float64(totals[1].requests)/totals[1].elapsed.Seconds())/
+		(float64(totals[0].requests)/totals[0].elapsed.Seconds()), "vaulted/token")
+}
+
+// cardVault is a vault on pool with w's keys, as the Service takes it:
+// nil when w has none.
+func (w *benchWorld) cardVault(pool *pgxpool.Pool) orchestrator.CardVault {
+	if w.vaultKeys == nil {
+		return nil
+	}
+	return vault.New(vault.Config{Pool: pool, Keys: w.vaultKeys})
+}
+
 // benchTotals adds up the chunks of one variant.
 type benchTotals struct {
 	requests, xacts, walSyncs int64
@@ -111,6 +166,11 @@ type benchWorld struct {
 	tenant int64
 	fp     orchestrator.Fingerprint
 	runs   atomic.Int64
+	// vaultKeys, when set, are the keys of the Services' vault, and
+	// method the payment method of the next chunk's payments ("" is the
+	// default token).
+	vaultKeys *vault.Keyring
+	method    string
 }
 
 const benchBody = `{"amount_minor":1000,"currency":"EUR"}`
@@ -154,7 +214,7 @@ func (w *benchWorld) service(b testing.TB) (*orchestrator.Service, func()) {
 		b.Fatal(err)
 	}
 	svc := orchestrator.NewService(orchestrator.Config{
-		Pool: pool, Providers: map[string]providers.Provider{"fake": w.fake}, DefaultProvider: "fake",
+		Pool: pool, Providers: map[string]providers.Provider{"fake": w.fake}, DefaultProvider: "fake", Vault: w.cardVault(pool),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	// As payorch serve runs it (PAYORCH_API_KEY_CACHE, the default): the
@@ -270,7 +330,8 @@ func (w *benchWorld) authorize(svc *orchestrator.Service, key string, oneStateme
 	if c == nil {
 		return fmt.Errorf("key %s: not claimed", key)
 	}
-	in := orchestrator.AuthorizeInput{TenantID: w.tenant, Key: key, Fingerprint: w.fp, AmountMinor: 1000, Currency: "EUR"}
+	in := orchestrator.AuthorizeInput{TenantID: w.tenant, Key: key, Fingerprint: w.fp, AmountMinor: 1000, Currency: "EUR",
+		PaymentMethod: w.method}
 	var out orchestrator.Outcome
 	if oneStatement {
 		out, err = svc.Authorize(ctx, c, in)
