@@ -63,6 +63,17 @@ func TestAuthorizeWithAVaultedCard(t *testing.T) {
 		t.Fatalf("the payment's events do not show its card: %s", evs)
 	}
 
+	// Support sees the card in the console, never its number.
+	cc := newConsoleClient(t, e.url)
+	if res, body := cc.signIn(e.keys[orchestrator.RoleSupport]); res.StatusCode != 200 {
+		t.Fatalf("console sign-in: %d %s", res.StatusCode, body)
+	}
+	if _, page := cc.get("/console/payments/" + p.ID); !strings.Contains(page, `<td id="card">visa •••• 4242`) {
+		t.Fatalf("the console's payment page does not show the card:\n%s", page)
+	} else {
+		noCardIn(t, "the console's payment page", page, visa, visaCVC)
+	}
+
 	declined := create("4000000000000002", "pm-declined")
 	if status, b := pay(declined, "pay-declined"); status != 402 || !strings.Contains(string(b), "card_declined") {
 		t.Fatalf("declined card: %d %s", status, b)
