@@ -179,11 +179,12 @@ func rawOTLPCollector(t *testing.T, into *haystack) *httptest.Server {
 	return srv
 }
 
-// quotingProvider stands between payorch and the fake and, for the card
-// numbered quote, answers the create as a careless provider would: a 400
-// whose message quotes the card's number (as digits and spaced) and CVC.
-// Every other request goes through to the fake.
-func quotingProvider(t *testing.T, target string, quote testCard, quotes *atomic.Int64) *httptest.Server {
+// quotingProvider stands between payorch and the fake and answers the
+// create of the cards it quotes as a careless provider would: for
+// quote.message, a 400 whose message quotes the card's number (as digits
+// and spaced), its CVC and the whole request; for quote.code, a 402
+// decline whose code does. Every other request goes through to the fake.
+func quotingProvider(t *testing.T, target string, quote struct{ message, code testCard }, quotes *atomic.Int64) *httptest.Server {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
@@ -195,14 +196,20 @@ func quotingProvider(t *testing.T, target string, quote testCard, quotes *atomic
 		var in struct {
 			Card struct{ Number, CVC string }
 		}
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/holds" && json.Unmarshal(b, &in) == nil && in.Card.Number == quote.number {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/holds" && json.Unmarshal(b, &in) == nil &&
+			(in.Card.Number == quote.message.number || in.Card.Number == quote.code.number) {
 			quotes.Add(1)
 			msg := fmt.Sprintf("Your card number %s (%s) with security code %s is not accepted; request: %s",
 				in.Card.Number, spaced(in.Card.Number), in.Card.CVC, b)
-			out, _ := json.Marshal(map[string]any{"error": map[string]string{
-				"type": "invalid_request_error", "code": "invalid_request", "message": msg, "param": "card[number]"}})
+			e, status := map[string]string{"type": "invalid_request_error", "code": "invalid_request", "message": msg,
+				"param": "card[number]"}, http.StatusBadRequest
+			if in.Card.Number == quote.code.number {
+				e, status = map[string]string{"type": "card_error", "message": "declined",
+					"code": "do_not_honor_" + in.Card.Number + "_" + spaced(in.Card.Number) + "_cvc_" + in.Card.CVC}, http.StatusPaymentRequired
+			}
+			out, _ := json.Marshal(map[string]any{"error": e})
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
+			w.WriteHeader(status)
 			_, _ = w.Write(out)
 			return
 		}
@@ -299,13 +306,14 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 		amex         = testCard{"amex", "378282246310005", "0482"}
 		withSpaces   = testCard{"card sent with spaces", "5555 5555 5555 4444", "038"}
 		quoted       = testCard{"card the provider quotes", "4000056655665556", "086"}
+		quotedInCode = testCard{"card the provider quotes in its code", "4000002760003184", "027"}
 		badLuhn      = testCard{"bad-Luhn number", "4242424242424241", "017"}
 		asJSONNumber = testCard{"number sent as a JSON number", "6011111111111117", ""}
 		badCVC       = testCard{"card with a bad CVC", "5105105105105100", "05821"}
 		inReusedBody = testCard{"number in a reused key's body", "4012888888881881", "019"}
 	)
 	var secrets []cardSecret
-	for _, c := range []testCard{approved, declined, insufficient, amex, withSpaces, quoted, badLuhn, asJSONNumber, badCVC, inReusedBody} {
+	for _, c := range []testCard{approved, declined, insufficient, amex, withSpaces, quoted, quotedInCode, badLuhn, asJSONNumber, badCVC, inReusedBody} {
 		secrets = append(secrets, c.secrets()...)
 	}
 
@@ -319,7 +327,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 
 	collector := rawOTLPCollector(t, spans)
 	var quotes atomic.Int64
-	provider := quotingProvider(t, w.fake.URL(), quoted, &quotes)
+	provider := quotingProvider(t, w.fake.URL(), struct{ message, code testCard }{quoted, quotedInCode}, &quotes)
 	receiver := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		hooks.add("delivery "+r.Header.Get(webhooksig.EventIDHeader), b)
@@ -370,7 +378,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 		}
 		methods[c.name] = pm.ID
 	}
-	for _, c := range []testCard{approved, declined, insufficient, amex, quoted} {
+	for _, c := range []testCard{approved, declined, insufficient, amex, quoted, quotedInCode} {
 		create(c, w.key, nil)
 	}
 	create(withSpaces, publishable, map[string]string{"Origin": shop})
@@ -408,7 +416,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 			t.Fatalf("pay with the %s: %d", c.name, st)
 		}
 	}
-	for _, c := range []testCard{declined, insufficient, quoted} {
+	for _, c := range []testCard{declined, insufficient, quoted, quotedInCode} {
 		if st := pay(c); st < 400 || st >= 500 {
 			t.Fatalf("pay with the %s: %d, want a 4xx", c.name, st)
 		}
@@ -482,8 +490,12 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 	logs.add("stdout and stderr", []byte(srv.logs.String()))
 
 	dumpDatabase(t, dbURL, dump)
-	if _, err := w.pool.Exec(ctx, `SELECT 1 /* `+leakMarker+`-statement */`); err != nil {
-		t.Fatal(err)
+	// A statement of its own shape (pg_stat_statements keeps the text of
+	// a shape's first run only: a comment would not do).
+	for _, q := range []string{`CREATE TABLE ` + leakMarker + `_statement ()`, `SELECT count(*) FROM ` + leakMarker + `_statement`} {
+		if _, err := w.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rows, err := w.pool.Query(ctx, `SELECT query FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 	if err != nil {
@@ -512,7 +524,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 	cardForm.mustHold(t, publishable)
 	metrics.mustHold(t, leakMarker+"-resource", "payorch_http_requests_total")
 	// The provider answered the quoting error, and
-	if quotes.Load() == 0 {
+	if quotes.Load() < 2 {
 		t.Error("control: the provider never answered an error quoting the card")
 	}
 	// payorch read it (its code is in the answer); payorch keeps a
@@ -524,10 +536,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 	if !strings.Contains(dump.parts[len(dump.parts)-1].text, `"note":"`+leakMarker+`-pay"`) {
 		t.Error("control: the decoded bytea values of the dump hold no stored payment answer")
 	}
-	statements.mustHold(t, leakMarker+"-statement", "payment_methods")
-	if t.Failed() {
-		t.FailNow()
-	}
+	statements.mustHold(t, leakMarker+"_statement", "payment_methods")
 	for _, h := range sinks {
 		h.search(t, secrets)
 		t.Logf("searched %s: %d parts, %d bytes", h.name, len(h.parts), h.size())
