@@ -53,9 +53,10 @@ func ScrubCard(msg string, c *Card) string {
 }
 
 // ScrubError returns err with the card c scrubbed (ScrubCard) from its
-// text. An *Error is copied with its Message scrubbed, and so is every
-// *Error it wraps; a cause whose text still quotes the card is wrapped so
-// that its Error() is scrubbed (errors.Is and errors.As still reach it).
+// text. An *Error is copied with its Message and Code scrubbed, and so
+// is every *Error it wraps; a cause whose text still quotes the card is
+// wrapped so that its Error() is scrubbed (errors.Is and errors.As still
+// reach it).
 // Adapters scrub the fields of their own error types first, so that a
 // cause read with errors.As is clean too; nil stays nil.
 func ScrubError(err error, c *Card) error {
@@ -65,6 +66,9 @@ func ScrubError(err error, c *Card) error {
 	if pe, ok := err.(*Error); ok {
 		cp := *pe
 		cp.Message = ScrubCard(pe.Message, c)
+		// The code is the provider's text too, and payorch keeps it (the
+		// payment's failure_code, its events, the decline's answer).
+		cp.Code = ScrubCard(pe.Code, c)
 		if pe.Err != nil {
 			cp.Err = ScrubError(pe.Err, c)
 		}

@@ -60,6 +60,10 @@ func TestScrubErrorScrubsMessageAndCause(t *testing.T) {
 	if pe := err.(*Error); !strings.Contains(pe.Message, "4242") {
 		t.Error("ScrubError changed the error it was given instead of a copy")
 	}
+	quoting := ScrubError(&Error{Kind: KindDeclined, Code: "do_not_honor_4242424242424242_cvc_123"}, card)
+	if code := CodeOf(quoting); strings.Contains(code, "4242") || strings.Contains(code, "123") {
+		t.Errorf("a code quoting the card is kept: %q", code)
+	}
 	if ScrubError(nil, card) != nil {
 		t.Error("ScrubError(nil) is not nil")
 	}

@@ -159,14 +159,15 @@ func authorizeParamsOf(req providers.AuthorizeRequest) authorizeParams {
 	return in
 }
 
-// scrubbed returns err without the card in its text: the message of the
-// *APIError it carries (an answer that quotes the request), then the
+// scrubbed returns err without the card in its text: the message and code
+// of the *APIError it carries (an answer that quotes the request), then the
 // whole error (providers.ScrubError).
 func scrubbed(err error, card *providers.Card) error {
 	if pe, ok := err.(*providers.Error); ok {
 		if ae, ok := pe.Err.(*APIError); ok {
 			clean := *ae
 			clean.Message = providers.ScrubCard(ae.Message, card)
+			clean.Code = providers.ScrubCard(ae.Code, card)
 			cp := *pe
 			cp.Err = &clean
 			err = &cp
