@@ -107,8 +107,15 @@ func vaultError(err error) error {
 // call, before anything is sent: KindRejected (the payment fails, as a
 // refused method does) when the method was deleted since the payment was
 // created, or its card expired; KindNotExecuted (the payment stays
-// pending, tried again) when the vault could not be read.
+// pending, tried again) when the vault could not be read, or this
+// instance has none.
 func (s *Service) revealCard(ctx context.Context, p Payment) (*providers.Card, error) {
+	if s.vault == nil {
+		// An instance started without the vault's keys (a misconfigured
+		// one): the payment waits for one that has them.
+		return nil, &providers.Error{Kind: providers.KindNotExecuted, Code: providers.CodeProviderUnavailable,
+			Message: "this instance has no vault keys (PAYORCH_VAULT_KEYS); nothing was sent"}
+	}
 	card, err := s.vault.Reveal(ctx, p.TenantID, p.PaymentMethod, RevealAuthorize)
 	if err == nil {
 		return &card, nil
