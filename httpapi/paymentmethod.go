@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -148,70 +147,10 @@ func (req *createPaymentMethodRequest) validate(now time.Time) error {
 	if err := vault.ValidateCard(*req.Card, now); err != nil {
 		return err
 	}
-	if err := validateBilling(req.BillingDetails); err != nil {
+	if err := vault.ValidateBilling(req.BillingDetails); err != nil {
 		return err
 	}
-	return validateMethodMetadata(req.Metadata)
-}
-
-// The limits of billing details and metadata, as the vault's Create
-// checks them (orchestrator/vault/card.go), which exports no check of its
-// own to run before the claim.
-const (
-	maxBillingText   = 200
-	maxBillingEmail  = 320
-	maxBillingPhone  = 40
-	maxPostalCode    = 20
-	maxMethodMetaKey = 40
-	maxMethodMetaVal = 500
-	maxMethodMetaN   = 50
-)
-
-// validateBilling checks billing details. Errors: validation_failed
-// naming the field (billing_details.address.city, ...).
-func validateBilling(b *vault.BillingDetails) error {
-	if b == nil {
-		return nil
-	}
-	type field struct {
-		param, value string
-		max          int
-	}
-	fields := []field{{"billing_details.name", b.Name, maxBillingText},
-		{"billing_details.email", b.Email, maxBillingEmail}, {"billing_details.phone", b.Phone, maxBillingPhone}}
-	if a := b.Address; a != nil {
-		fields = append(fields, field{"billing_details.address.line1", a.Line1, maxBillingText},
-			field{"billing_details.address.line2", a.Line2, maxBillingText},
-			field{"billing_details.address.city", a.City, maxBillingText},
-			field{"billing_details.address.postal_code", a.PostalCode, maxPostalCode},
-			field{"billing_details.address.state", a.State, maxBillingText})
-		if c := a.Country; c != "" && (len(c) != 2 || c[0] < 'A' || c[0] > 'Z' || c[1] < 'A' || c[1] > 'Z') {
-			return orchestrator.ParamError("billing_details.address.country",
-				"billing_details.address.country must be an upper-case ISO 3166-1 alpha-2 code such as DE")
-		}
-	}
-	for _, f := range fields {
-		if !orchestrator.ValidText(f.value) || utf8.RuneCountInString(f.value) > f.max {
-			return orchestrator.ParamError(f.param, "%s must be UTF-8 text of at most %d characters", f.param, f.max)
-		}
-	}
-	return nil
-}
-
-// validateMethodMetadata checks a payment method's metadata. Errors:
-// validation_failed naming metadata.
-func validateMethodMetadata(md map[string]string) error {
-	if len(md) > maxMethodMetaN {
-		return orchestrator.ParamError("metadata", "metadata has more than %d keys", maxMethodMetaN)
-	}
-	for k, v := range md {
-		if !orchestrator.ValidText(k) || !orchestrator.ValidText(v) || k == "" ||
-			utf8.RuneCountInString(k) > maxMethodMetaKey || utf8.RuneCountInString(v) > maxMethodMetaVal {
-			return orchestrator.ParamError("metadata", "metadata keys must be 1 to %d characters and values at most %d, UTF-8 text",
-				maxMethodMetaKey, maxMethodMetaVal)
-		}
-	}
-	return nil
+	return orchestrator.ValidateMetadata(req.Metadata)
 }
 
 // vaultKey is the vault's key of a create under Idempotency-Key key: the

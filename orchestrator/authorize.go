@@ -66,6 +66,23 @@ func ValidateCurrency(code string) (int, error) {
 	return int(d), nil
 }
 
+// ValidateMetadata checks metadata (of a payment, a payment method) with
+// Stripe's limits. Errors: validation_failed on metadata.
+func ValidateMetadata(md map[string]string) error {
+	if len(md) > maxMetadataKeys {
+		return ParamError("metadata", "metadata has more than %d keys", maxMetadataKeys)
+	}
+	for k, v := range md {
+		if !ValidText(k) || !ValidText(v) {
+			return ParamError("metadata", "metadata keys and values must be UTF-8 text without NUL characters")
+		}
+		if k == "" || utf8.RuneCountInString(k) > maxMetadataKeyLen || utf8.RuneCountInString(v) > maxMetadataValueLen {
+			return ParamError("metadata", "metadata keys must be 1 to %d characters and values at most %d", maxMetadataKeyLen, maxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
 // Validate checks the input before anything is claimed or written, and
 // fills in defaults. Errors: validation_failed naming the field.
 func (in *AuthorizeInput) Validate(s *Service) error {
@@ -100,16 +117,8 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if utf8.RuneCountInString(in.Description) > maxDescriptionLen {
 		return ParamError("description", "description is longer than %d characters", maxDescriptionLen)
 	}
-	if len(in.Metadata) > maxMetadataKeys {
-		return ParamError("metadata", "metadata has more than %d keys", maxMetadataKeys)
-	}
-	for k, v := range in.Metadata {
-		if !ValidText(k) || !ValidText(v) {
-			return ParamError("metadata", "metadata keys and values must be UTF-8 text without NUL characters")
-		}
-		if k == "" || utf8.RuneCountInString(k) > maxMetadataKeyLen || utf8.RuneCountInString(v) > maxMetadataValueLen {
-			return ParamError("metadata", "metadata keys must be 1 to %d characters and values at most %d", maxMetadataKeyLen, maxMetadataValueLen)
-		}
+	if err := ValidateMetadata(in.Metadata); err != nil {
+		return err
 	}
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}

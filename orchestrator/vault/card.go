@@ -196,13 +196,10 @@ type BillingDetails struct {
 
 // Limits on billing details, in characters (Stripe's where it has one).
 const (
-	maxBillingText  = 200
-	maxEmail        = 320
-	maxPhone        = 40
-	maxPostalCode   = 20
-	maxMetadataKeys = 50
-	maxMetadataKey  = 40
-	maxMetadataVal  = 500
+	maxBillingText = 200
+	maxEmail       = 320
+	maxPhone       = 40
+	maxPostalCode  = 20
 )
 
 // textField is one text field of a request and its limit.
@@ -211,9 +208,10 @@ type textField struct {
 	max          int
 }
 
-// validateBilling checks billing details. Errors: validation_failed
+// ValidateBilling checks billing details, as Create does; exported so the
+// API refuses them before it claims a key. Errors: validation_failed
 // naming the field (billing_details.address.city, ...).
-func validateBilling(b *BillingDetails) error {
+func ValidateBilling(b *BillingDetails) error {
 	if b == nil {
 		return nil
 	}
@@ -233,24 +231,6 @@ func validateBilling(b *BillingDetails) error {
 	for _, f := range fields {
 		if !orchestrator.ValidText(f.value) || utf8.RuneCountInString(f.value) > f.max {
 			return orchestrator.ParamError(f.param, "%s must be UTF-8 text of at most %d characters", f.param, f.max)
-		}
-	}
-	return nil
-}
-
-// validateMetadata checks metadata with the limits of payments' metadata
-// (orchestrator's AuthorizeInput.Validate), so both read alike.
-func validateMetadata(md map[string]string) error {
-	if len(md) > maxMetadataKeys {
-		return orchestrator.ParamError("metadata", "metadata has more than %d keys", maxMetadataKeys)
-	}
-	for k, v := range md {
-		if !orchestrator.ValidText(k) || !orchestrator.ValidText(v) {
-			return orchestrator.ParamError("metadata", "metadata keys and values must be UTF-8 text without NUL characters")
-		}
-		if k == "" || utf8.RuneCountInString(k) > maxMetadataKey || utf8.RuneCountInString(v) > maxMetadataVal {
-			return orchestrator.ParamError("metadata", "metadata keys must be 1 to %d characters and values at most %d",
-				maxMetadataKey, maxMetadataVal)
 		}
 	}
 	return nil

@@ -109,15 +109,15 @@ func TestBillingDetailsAndMetadataAreValidated(t *testing.T) {
 		{&BillingDetails{Address: &Address{Country: "de"}}, "billing_details.address.country"},
 		{&BillingDetails{Address: &Address{PostalCode: strings.Repeat("1", 21)}}, "billing_details.address.postal_code"},
 	} {
-		wantCode(t, validateBilling(tc.b), orchestrator.CodeValidationFailed, tc.param)
+		wantCode(t, ValidateBilling(tc.b), orchestrator.CodeValidationFailed, tc.param)
 	}
-	if err := validateBilling(&BillingDetails{Name: "Ada", Address: &Address{Country: "GB", City: "London"}}); err != nil {
+	if err := ValidateBilling(&BillingDetails{Name: "Ada", Address: &Address{Country: "GB", City: "London"}}); err != nil {
 		t.Fatal(err)
 	}
 	big := map[string]string{}
 	for i := range 51 {
 		big[strings.Repeat("k", i+1)] = "v"
 	}
-	wantCode(t, validateMetadata(big), orchestrator.CodeValidationFailed, "metadata")
-	wantCode(t, validateMetadata(map[string]string{"": "v"}), orchestrator.CodeValidationFailed, "metadata")
+	wantCode(t, orchestrator.ValidateMetadata(big), orchestrator.CodeValidationFailed, "metadata")
+	wantCode(t, orchestrator.ValidateMetadata(map[string]string{"": "v"}), orchestrator.CodeValidationFailed, "metadata")
 }

@@ -37,10 +37,10 @@ func (in *CreateInput) validate(now time.Time) (digits, brand string, err error)
 	if err := ValidateCard(in.Card, now); err != nil {
 		return "", "", err
 	}
-	if err := validateBilling(in.BillingDetails); err != nil {
+	if err := ValidateBilling(in.BillingDetails); err != nil {
 		return "", "", err
 	}
-	if err := validateMetadata(in.Metadata); err != nil {
+	if err := orchestrator.ValidateMetadata(in.Metadata); err != nil {
 		return "", "", err
 	}
 	digits, brand, err = validateNumber(in.Card.Number)
