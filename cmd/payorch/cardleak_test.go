@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -474,19 +473,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 
 	// Stop the process cleanly, so its last spans are flushed and its log
 	// is complete.
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve exited with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	srv.stop(t)
 	logs.add("stdout and stderr", []byte(srv.logs.String()))
 
 	dumpDatabase(t, dbURL, dump)

@@ -61,6 +61,25 @@ type server struct {
 	logs *testkit.SyncBuffer
 }
 
+// stop ends the process as a deployment would (SIGTERM) and waits until
+// it exits cleanly: its last spans flushed, its log complete.
+func (srv *server) stop(t *testing.T) {
+	t.Helper()
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
 // startServe runs `payorch serve` with env on a free loopback port, as a
 // test deployment (PAYORCH_ENVIRONMENT=test, unless env says otherwise),
 // and waits until /readyz answers 200.

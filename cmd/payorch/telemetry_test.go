@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -564,19 +563,7 @@ func TestTracesExportedOverOTLPAndFlushedOnShutdown(t *testing.T) {
 		t.Logf("%d spans exported before shutdown", early)
 	}
 
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve exited with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	srv.stop(t)
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
