@@ -464,6 +464,15 @@ func refundJSON(re *emuRefund) map[string]any {
 		"charge": re.charge, "payment_intent": re.intent, "status": "succeeded", "created": re.created}
 }
 
+// captureBefore is the capture_before of PaymentIntent id's charge: the
+// charge is made at confirmation, which may fall in a later second than the
+// intent's creation.
+func (e *emulator) captureBefore(id string) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return time.Unix(e.charges[e.intents[id].charge].captureBefore, 0)
+}
+
 // lapse lets the hold of PaymentIntent id lapse, as Stripe does after its
 // capture_before: canceled, reason automatic, the charge released.
 func (e *emulator) lapse(id string) {

@@ -327,7 +327,7 @@ func TestCaptureAfterTheHoldLapsedIsHoldExpired(t *testing.T) {
 	e := newEmulator(t)
 	c := e.client(t, 5*time.Second)
 	h := mustAuthorize(t, c, 3000)
-	if want := h.CreatedAt.Add(holdLife); !h.CaptureBefore.Equal(want) {
+	if want := e.captureBefore(h.Ref); !h.CaptureBefore.Equal(want) {
 		t.Errorf("CaptureBefore %s, want the charge's %s", h.CaptureBefore, want)
 	}
 	e.lapse(h.Ref)
