@@ -54,6 +54,14 @@ const (
 	CodeProviderUnavailable   = "provider_unavailable"
 	CodeProviderTimeout       = "timeout"
 	CodeProviderInternalError = "provider_error"
+	// CodeAuthenticationRequired: a decline by an issuer that insists on
+	// the cardholder's authentication for a payment sent without it
+	// (Stripe's authentication_required).
+	CodeAuthenticationRequired = "authentication_required"
+	// CodeAuthenticationFailed: the cardholder failed (or refused) the
+	// authentication challenge (Stripe's
+	// payment_intent_authentication_failure); a decline.
+	CodeAuthenticationFailed = "authentication_failed"
 	// CodeNotSupported: the provider cannot do this to this object (an
 	// extension of a hold it cannot extend).
 	CodeNotSupported = "not_supported"

@@ -93,13 +93,18 @@ const (
 	// StatusRequiresConfirmation: created, not yet confirmed; no money is
 	// held (Stripe's requires_confirmation).
 	StatusRequiresConfirmation Status = "requires_confirmation"
-	StatusAuthorized           Status = "authorized"
-	StatusDeclined             Status = "declined"
-	StatusCaptured             Status = "captured"
-	StatusCanceled             Status = "canceled"
-	StatusExpired              Status = "expired"
-	StatusPartiallyRefunded    Status = "partially_refunded"
-	StatusRefunded             Status = "refunded"
+	// StatusRequiresAction: the issuer asked for the cardholder's
+	// authentication (3-D Secure); no money is held until the cardholder
+	// completes the challenge at Hold.NextActionURL (Stripe's
+	// requires_action with next_action.redirect_to_url).
+	StatusRequiresAction    Status = "requires_action"
+	StatusAuthorized        Status = "authorized"
+	StatusDeclined          Status = "declined"
+	StatusCaptured          Status = "captured"
+	StatusCanceled          Status = "canceled"
+	StatusExpired           Status = "expired"
+	StatusPartiallyRefunded Status = "partially_refunded"
+	StatusRefunded          Status = "refunded"
 )
 
 // AuthorizeRequest asks for a hold of AmountMinor in Currency.
@@ -128,6 +133,16 @@ type AuthorizeRequest struct {
 	// request_extended_authorization=if_available); the hold's
 	// CaptureBefore says what was granted.
 	ExtendedAuthorization bool
+	// ReturnURL is where the provider sends the cardholder back after an
+	// authentication challenge. Empty: no cardholder is there to
+	// authenticate, and a payment whose issuer insists on authentication
+	// is declined with CodeAuthenticationRequired.
+	ReturnURL string
+	// RequestThreeDS asks the provider to authenticate the cardholder even
+	// where it would not on its own (Stripe: payment_method_options.card.
+	// request_three_d_secure=any). Set on the one retry after an
+	// authentication_required decline; only with ReturnURL.
+	RequestThreeDS bool
 	// OnReference, when set, is called with the provider's reference as
 	// soon as the provider assigns it, before the outcome is final. An error
 	// from it aborts the authorization as KindNotExecuted or KindUnknown,
@@ -168,9 +183,13 @@ type Hold struct {
 	RefundedMinor int64
 	// CaptureBefore is when the hold lapses unless captured.
 	CaptureBefore time.Time
-	// DeclineCode is set when Status is StatusDeclined.
+	// DeclineCode is set when Status is StatusDeclined
+	// (CodeAuthenticationFailed when the cardholder failed the challenge).
 	DeclineCode string
-	CreatedAt   time.Time
+	// NextActionURL is set when Status is StatusRequiresAction: the page
+	// of the provider where the cardholder authenticates.
+	NextActionURL string
+	CreatedAt     time.Time
 }
 
 // Refund is one refund of a captured hold.

@@ -53,6 +53,15 @@ type WebhookKind string
 const (
 	// WebhookAuthorized: the hold was placed.
 	WebhookAuthorized WebhookKind = "authorized"
+	// WebhookRequiresAction: the issuer asked for the cardholder's
+	// authentication; the hold waits for the challenge (Stripe:
+	// payment_intent.requires_action).
+	WebhookRequiresAction WebhookKind = "requires_action"
+	// WebhookAuthorizationFailed: an authorization that waited for the
+	// cardholder failed (FailureCode: CodeAuthenticationFailed for a failed
+	// challenge, else the decline code). Stripe:
+	// payment_intent.payment_failed.
+	WebhookAuthorizationFailed WebhookKind = "authorization_failed"
 	// WebhookHoldCanceled: the hold was voided (by payorch's cancel, or by
 	// someone at the provider).
 	WebhookHoldCanceled WebhookKind = "hold_canceled"
