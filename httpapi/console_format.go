@@ -57,6 +57,7 @@ func formatMinor(minor int64, code string) string {
 // orchestrator.Statuses, as TestPaymentStatusesAgree checks).
 var paymentBadges = map[orchestrator.Status]string{
 	orchestrator.StatusPending:           "warn",
+	orchestrator.StatusRequiresAction:    "warn",
 	orchestrator.StatusAuthorized:        "good",
 	orchestrator.StatusFailed:            "bad",
 	orchestrator.StatusCaptured:          "good",

@@ -25,6 +25,9 @@ type createPaymentRequest struct {
 	OnExpiry string `json:"on_expiry"`
 	// RequestExtendedAuthorization asks for the provider's longest hold.
 	RequestExtendedAuthorization strictBool `json:"request_extended_authorization"`
+	// ReturnURL is where the shopper comes back after a 3-D Secure
+	// challenge; without it a payment that needs one fails.
+	ReturnURL string `json:"return_url"`
 }
 
 // amountRequest is the body of capture and refund (and, empty, cancel).
@@ -50,6 +53,7 @@ func (s *Server) createPayment(c echo.Context) error {
 		TenantID: p.TenantID, Key: key, AmountMinor: req.AmountMinor.value, Currency: req.Currency,
 		Provider: req.Provider, PaymentMethod: req.PaymentMethod, Description: req.Description, Metadata: req.Metadata,
 		OnExpiry: orchestrator.OnExpiry(req.OnExpiry), ExtendedAuthorization: bool(req.RequestExtendedAuthorization),
+		ReturnURL: req.ReturnURL,
 	}
 	if err := in.Validate(s.svc); err != nil {
 		return err
@@ -109,6 +113,12 @@ func (s *Server) extendPayment(c echo.Context) error {
 	return s.paymentOperation(c, orchestrator.OpExtend, (*orchestrator.Service).Extend)
 }
 
+// confirmPayment: POST /v1/payments/{id}/confirm (merchant): the
+// shopper is back from a 3-D Secure challenge.
+func (s *Server) confirmPayment(c echo.Context) error {
+	return s.paymentOperation(c, orchestrator.OpConfirm, (*orchestrator.Service).Confirm)
+}
+
 type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Claim, orchestrator.OperationInput) (orchestrator.Outcome, error)
 
 // paymentOperation is the one handler shape of capture, cancel and refund.
@@ -116,7 +126,7 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	id := c.Param("id")
 	var req amountRequest
 	var dst any = &req
-	if op == orchestrator.OpCancel || op == orchestrator.OpExtend {
+	if op == orchestrator.OpCancel || op == orchestrator.OpExtend || op == orchestrator.OpConfirm {
 		dst = &emptyRequest{}
 	}
 	key, fp, err := keyedRequest(c, op, map[string]string{"id": id}, dst)

@@ -105,6 +105,7 @@ var moneyAnswers = map[string]struct {
 	OpCancel:    {http.StatusOK, false},
 	OpRefund:    {http.StatusCreated, false},
 	OpExtend:    {http.StatusOK, false},
+	OpConfirm:   {http.StatusOK, false},
 }
 
 // Answer is the final answer of c's money request (c.Operation: one of

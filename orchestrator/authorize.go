@@ -31,6 +31,10 @@ type AuthorizeInput struct {
 	// ExtendedAuthorization asks the provider for its longest hold, where
 	// it has one (Stripe: request_extended_authorization=if_available).
 	ExtendedAuthorization bool
+	// ReturnURL is where the provider sends the shopper back after an
+	// authentication challenge; "" means no shopper is there, and a
+	// payment that needs authentication fails (authentication.go).
+	ReturnURL string
 }
 
 // The operations of the idempotency protocol: route templates, which scope
@@ -129,6 +133,9 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 	if !in.OnExpiry.Known() {
 		return ParamError("on_expiry", "on_expiry must be capture, cancel or none")
 	}
+	if in.ReturnURL != "" {
+		return ValidateReturnURL(in.ReturnURL, s.loopbackReturn)
+	}
 	return nil
 }
 
@@ -171,7 +178,8 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
 		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
 		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
-		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": card, "now": s.now(),
+		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": card,
+		"return_url": nullIfEmpty(in.ReturnURL), "now": s.now(),
 	}))
 	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	created := err == nil
@@ -228,10 +236,10 @@ const createPaymentSQL = `
 	WITH p AS (
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 			currency, provider, payment_method, description, metadata, created_at, updated_at,
-			routing_version, route, attempt, on_expiry, extended_authorization, card)
+			routing_version, route, attempt, on_expiry, extended_authorization, card, return_url)
 		SELECT @tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
 			@currency, @provider, @payment_method, @description, @metadata, @now, @now,
-			@routing_version, @route, 1, @on_expiry, @extended_authorization, @card
+			@routing_version, @route, 1, @on_expiry, @extended_authorization, @card, @return_url
 		-- Only while the request's claim is there (its commit may not have
 		-- waited for its flush: claimOrReadSQL).
 		WHERE @claim_token::uuid IS NULL OR EXISTS (SELECT 1 FROM idempotency_keys k
@@ -359,6 +367,7 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 	req := providers.AuthorizeRequest{
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, Description: p.Description, ExtendedAuthorization: p.ExtendedAuthorization,
+		RequestThreeDS: p.RequestThreeDS,
 		OnReference: func(ctx context.Context, ref string) error {
 			tag, err := s.pool.Exec(ctx, saveReferenceSQL, NamedArgs{
 				"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "provider_ref": ref})
@@ -367,6 +376,9 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 			}
 			return err
 		},
+	}
+	if p.ReturnURL != nil {
+		req.ReturnURL = *p.ReturnURL
 	}
 	var hold providers.Hold
 	call, err := s.runProviderCall(ctx, *p, "authorize", fwd, func(ctx context.Context) (err error) {
@@ -405,7 +417,9 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 const settleAuthorizeCTEs = `
 	WITH p AS (
 		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
-			capture_before = @capture_before, failure_code = @failure_code, updated_at = @now
+			capture_before = @capture_before, failure_code = @failure_code,
+			next_action_url = coalesce(@next_action_url, next_action_url), action_expires_at = @action_expires_at,
+			updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING ` + paymentColumns + `
 	), attempt AS (
@@ -484,11 +498,17 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	if hold.Ref != "" {
 		settled.ProviderRef = &hold.Ref
 	}
-	settled.CaptureBefore = nil
-	if !hold.CaptureBefore.IsZero() {
+	settled.CaptureBefore, settled.ActionExpiresAt = nil, nil
+	if !hold.CaptureBefore.IsZero() && to == StatusAuthorized {
 		t := hold.CaptureBefore.Truncate(time.Microsecond).UTC()
 		settled.CaptureBefore = &t
 	}
+	if to == StatusRequiresAction {
+		// A challenge: the shopper has until then (authentication.go).
+		t := now.Add(s.actionTimeout)
+		settled.NextActionURL, settled.ActionExpiresAt = &hold.NextActionURL, &t
+	}
+	settled.normalize()
 	detail := map[string]any{}
 	if failure != nil {
 		detail["failure_code"] = *failure
@@ -496,6 +516,7 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	args := withCall(call, withClaim(c, NamedArgs{
 		"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "status": to, "provider_ref": nullIfEmpty(hold.Ref),
 		"capture_before": settled.CaptureBefore, "failure_code": failure, "now": now, "detail": detail,
+		"next_action_url": nullIfEmpty(hold.NextActionURL), "action_expires_at": settled.ActionExpiresAt,
 		"attempt_outcome": attemptOutcome(hold, callErr),
 	}))
 	q := settleAuthorizeSQL
@@ -542,6 +563,9 @@ func settledBy(hold providers.Hold, callErr error) (to Status, failure *string, 
 	switch kind := providers.KindOf(callErr); {
 	case callErr == nil && hold.Status == providers.StatusAuthorized:
 		return StatusAuthorized, nil, true
+	case callErr == nil && hold.Status == providers.StatusRequiresAction && hold.NextActionURL != "":
+		// A challenge: the request is answered with it (authentication.go).
+		return StatusRequiresAction, nil, true
 	case callErr == nil && hold.Status == providers.StatusDeclined:
 		code := hold.DeclineCode
 		return StatusFailed, &code, true

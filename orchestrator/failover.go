@@ -39,6 +39,11 @@ package orchestrator
 //     attempt's), so no call of the old attempt is counted, and no answer
 //     of it settles the payment, after the switch: they find the attempt
 //     changed and read the payment again.
+//   - An authentication challenge (requires_action) settles the request:
+//     no attempt follows it, so the shopper is never challenged twice
+//     (authentication.go). An issuer's authentication_required decline,
+//     certain like any decline, is retried once on the same connector
+//     asking for authentication, as attempt n+1 with its own key.
 //   - The resolver never starts a next attempt (it settles an unknown
 //     outcome on the connector that may hold the money), and an unknown
 //     outcome, a hard decline or a rejection never fails over.
@@ -162,6 +167,11 @@ func (s *Service) failOverCandidate(byRequest bool, p Payment, hold providers.Ho
 	if !byRequest {
 		return "", "", false
 	}
+	if authenticationRetry(p, hold, callErr) && s.connectorEnabled(p.Provider) {
+		// The same connector again, asking for authentication (the
+		// issuer's condition), once: authentication.go.
+		return p.Provider, providers.CodeAuthenticationRequired, true
+	}
 	code, soft := s.softDecline(p.Provider, hold, callErr)
 	switch {
 	case soft:
@@ -186,6 +196,8 @@ func attemptOutcome(hold providers.Hold, callErr error) string {
 		return "authorized"
 	case callErr == nil && hold.Status == providers.StatusDeclined:
 		return "declined"
+	case callErr == nil && hold.Status == providers.StatusRequiresAction:
+		return "requires_action"
 	case callErr == nil:
 		return "unknown"
 	}
@@ -267,7 +279,8 @@ const failOverSQL = `
 			not_executed = not_executed + CASE WHEN @not_executed::boolean THEN 1 ELSE 0 END
 		WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND attempt = @attempt
 	), p AS (
-		UPDATE payments SET provider = @next, attempt = @attempt + 1, provider_ref = NULL, updated_at = @now
+		UPDATE payments SET provider = @next, attempt = @attempt + 1, provider_ref = NULL,
+			request_three_ds = request_three_ds OR @request_three_ds, updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING ` + paymentColumns + `
 	), started AS (
@@ -291,6 +304,9 @@ const failOverSQL = `
 // next connector).
 func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, hold providers.Hold, callErr error, next, reason string) (moved Payment, advanced bool, err error) {
 	_, soft := s.softDecline(p.Provider, hold, callErr)
+	// A decline, soft or authentication_required, certainly placed no hold.
+	authRetry := authenticationRetry(p, hold, callErr)
+	soft = soft || authRetry
 	now := s.now()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var cur struct {
@@ -322,6 +338,7 @@ func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, h
 		}
 		args["next"], args["next_key"], args["now"] = next, AttemptKey(p.TenantID, p.IdempotencyKey, p.Attempt+1), now
 		args["provider_ref"] = nullIfEmpty(hold.Ref)
+		args["request_three_ds"] = authRetry
 		args["started_detail"] = map[string]any{"attempt": p.Attempt + 1, "connector": next,
 			"previous_connector": p.Provider, "reason": reason}
 		rows, _ := tx.Query(ctx, failOverSQL, args)

@@ -66,11 +66,15 @@ func OnExpiryKey(paymentID string) string { return "payorch-on-expiry-" + paymen
 // HoldStats counts one pass of the hold sweeper.
 type HoldStats struct {
 	Warned, Acted, Expired, Extended, Errors int
+	// Authenticated counts challenges found ended (authorized or failed),
+	// Abandoned those canceled past their deadline (authentication.go).
+	Authenticated, Abandoned int
 }
 
 // SweepHolds runs one pass of the hold sweeper: warn of holds about to
-// lapse, start due on_expiry actions, and expire lapsed holds the provider
-// confirms. Safe on several instances at once: each phase picks its
+// lapse, start due on_expiry actions, expire lapsed holds the provider
+// confirms, and settle or abandon authentication challenges
+// (sweepChallenges). Safe on several instances at once: each phase picks its
 // payments with FOR UPDATE SKIP LOCKED.
 func (s *Service) SweepHolds(ctx context.Context) (HoldStats, error) {
 	var st HoldStats
@@ -80,7 +84,10 @@ func (s *Service) SweepHolds(ctx context.Context) (HoldStats, error) {
 	if err := s.actOnExpiringHolds(ctx, &st); err != nil {
 		return st, err
 	}
-	return st, s.expireLapsedHolds(ctx, &st)
+	if err := s.expireLapsedHolds(ctx, &st); err != nil {
+		return st, err
+	}
+	return st, s.sweepChallenges(ctx, &st)
 }
 
 // warnHoldsSQL stamps hold_expiring_at on authorized payments whose

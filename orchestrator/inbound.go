@@ -50,6 +50,9 @@ type InboundResult struct {
 	Outcome string `json:"outcome"`
 	// Duplicate: the event was received before; nothing changed now.
 	Duplicate bool `json:"duplicate"`
+	// waiting is the requires_action payment the event concerns, to be
+	// looked up once the event is committed (completeAction).
+	waiting *Payment
 }
 
 // ReceiveWebhook verifies a webhook of connector (its headers and raw
@@ -88,6 +91,15 @@ func (s *Service) ReceiveWebhook(ctx context.Context, connector string, header h
 	})
 	if err != nil {
 		return InboundResult{}, internalf("webhook %s of %s: %w", ev.ID, connector, err)
+	}
+	if res.waiting != nil {
+		// The event says the challenge moved on: the provider's record
+		// settles it (a lookup moves no money). A failed lookup leaves it
+		// to the sweeper; the event is stored either way.
+		if _, err := s.completeAction(ctx, *res.waiting, "webhook"); err != nil {
+			s.logger.WarnContext(ctx, "webhook: challenge not settled; the sweeper will", "payment_id", res.waiting.ID,
+				"error", err)
+		}
 	}
 	return res, nil
 }
@@ -203,6 +215,9 @@ func (s *Service) applyWebhook(ctx context.Context, tx pgx.Tx, connector string,
 	if res.Outcome, err = s.applyToPayment(ctx, tx, connector, *p, ev, now); err != nil {
 		return res, err
 	}
+	if p.Status == StatusRequiresAction && res.Outcome == InboundRecorded && ev.Kind != providers.WebhookRequiresAction {
+		res.waiting = p
+	}
 	for k, v := range map[string]string{"reason": ev.Reason, "failure_code": ev.FailureCode, "idempotency_key": ev.IdempotencyKey} {
 		if v != "" {
 			detail[k] = v
@@ -239,9 +254,10 @@ func unknownObject(ctx context.Context, tx pgx.Tx, connector string, ev provider
 // outcome. State only moves forward: an event that says what p already
 // knows, or a state p has left, is ignored_stale.
 //
-//	authorized          pending: recorded (the resolver settles it by lookup); else ignored_stale
+//	authorized, authorization_failed, requires_action
+//	                    pending, requires_action: recorded (settled by lookup); else ignored_stale
 //	hold_expired        authorized: expired; else ignored_stale
-//	hold_canceled       a pending cancel settled; authorized (voided at the provider by someone else): canceled
+//	hold_canceled       requires_action: recorded (settled by lookup); a pending cancel settled; authorized (voided at the provider by someone else): canceled
 //	capture_succeeded   a pending capture settled; authorized (captured outside payorch): captured
 //	capture_failed      a pending capture failed
 //	refund_succeeded    the matching pending refund settled; a refund of ours already settled: ignored_stale;
@@ -251,18 +267,23 @@ func unknownObject(ctx context.Context, tx pgx.Tx, connector string, ev provider
 func (s *Service) applyToPayment(ctx context.Context, tx pgx.Tx, connector string, p Payment, ev providers.WebhookEvent,
 	now time.Time) (string, error) {
 	switch ev.Kind {
-	case providers.WebhookAuthorized:
-		if p.Status == StatusPending {
+	case providers.WebhookAuthorized, providers.WebhookAuthorizationFailed, providers.WebhookRequiresAction:
+		if p.Status == StatusPending || p.Status == StatusRequiresAction {
+			// Settled by lookup: the resolver's, or, for a challenge, the
+			// one ReceiveWebhook makes once this is committed.
 			return InboundRecorded, nil
 		}
 		return InboundIgnoredStale, nil
+	case providers.WebhookHoldCanceled:
+		if p.Status == StatusRequiresAction {
+			return InboundRecorded, nil
+		}
+		return s.applySettlement(ctx, tx, connector, p, ev, opCancel, now)
 	case providers.WebhookHoldExpired:
 		if p.Status != StatusAuthorized {
 			return InboundIgnoredStale, nil
 		}
 		return InboundApplied, expireHold(ctx, tx, p, now)
-	case providers.WebhookHoldCanceled:
-		return s.applySettlement(ctx, tx, connector, p, ev, opCancel, now)
 	case providers.WebhookCaptureSucceeded:
 		return s.applySettlement(ctx, tx, connector, p, ev, opCapture, now)
 	case providers.WebhookCaptureFailed, providers.WebhookRefundFailed:

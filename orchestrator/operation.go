@@ -389,7 +389,8 @@ const settleOperationSQL = `
 		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.card, p.request_hash, p.field_hashes
+			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.card,
+		p.return_url, p.next_action_url, p.action_expires_at, p.request_three_ds, p.request_hash, p.field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -410,7 +411,8 @@ const settleOperationSQL = `
 	)
 	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
-		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.card, p.request_hash, p.field_hashes,
+		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.card,
+		p.return_url, p.next_action_url, p.action_expires_at, p.request_three_ds, p.request_hash, p.field_hashes,
 		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
 	FROM p, o`
 

@@ -19,6 +19,7 @@ type Status string
 // Payment states.
 const (
 	StatusPending           Status = "pending"
+	StatusRequiresAction    Status = "requires_action"
 	StatusAuthorized        Status = "authorized"
 	StatusFailed            Status = "failed"
 	StatusCaptured          Status = "captured"
@@ -32,7 +33,7 @@ const (
 // one list. The migration's CHECK constraint (payments_status_check), the
 // OpenAPI document's PaymentStatus enum and the console's badges are held
 // to it by tests (httpapi's TestPaymentStatusesAgree).
-var Statuses = []Status{StatusPending, StatusAuthorized, StatusFailed, StatusCaptured, StatusCanceled, StatusExpired,
+var Statuses = []Status{StatusPending, StatusRequiresAction, StatusAuthorized, StatusFailed, StatusCaptured, StatusCanceled, StatusExpired,
 	StatusPartiallyRefunded, StatusRefunded}
 
 // Known reports whether s is a payment state (one of Statuses).
@@ -40,7 +41,8 @@ func (s Status) Known() bool { return slices.Contains(Statuses, s) }
 
 // transitions is the one state machine: from → allowed next states.
 var transitions = map[Status][]Status{
-	StatusPending:           {StatusAuthorized, StatusFailed},
+	StatusPending:           {StatusRequiresAction, StatusAuthorized, StatusFailed},
+	StatusRequiresAction:    {StatusAuthorized, StatusFailed},
 	StatusAuthorized:        {StatusCaptured, StatusCanceled, StatusExpired},
 	StatusCaptured:          {StatusPartiallyRefunded, StatusRefunded},
 	StatusPartiallyRefunded: {StatusPartiallyRefunded, StatusRefunded},
@@ -105,6 +107,22 @@ type Payment struct {
 	// Card is the card of a method of payorch's vault, as anyone may see
 	// it; nil for a provider's own token.
 	Card *CardSummary `json:"card" db:"card"`
+	// ReturnURL is where the provider sends the shopper back after an
+	// authentication challenge (3-D Secure); nil when the request gave
+	// none, and then no challenge can be issued (authentication.go).
+	ReturnURL *string `json:"return_url" db:"return_url"`
+	// NextAction is what the shopper must do while the payment is
+	// requires_action; nil in every other state.
+	NextAction *NextAction `json:"next_action" db:"-"`
+	// NextActionURL and ActionExpiresAt are the challenge's page and when
+	// it is abandoned, kept after it ended for the payment's history;
+	// NextAction shows them while it waits.
+	NextActionURL   *string    `json:"-" db:"next_action_url"`
+	ActionExpiresAt *time.Time `json:"-" db:"action_expires_at"`
+	// RequestThreeDS says the current attempt asks its connector to
+	// authenticate the cardholder (the retry after an
+	// authentication_required decline).
+	RequestThreeDS bool `json:"-" db:"request_three_ds"`
 }
 
 // paymentColumns are the columns every statement that returns a payment
@@ -114,7 +132,7 @@ type Payment struct {
 const paymentColumns = `tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-		card, request_hash, field_hashes`
+		card, return_url, next_action_url, action_expires_at, request_three_ds, request_hash, field_hashes`
 
 // paymentRow is a payments row as statements return it (paymentColumns):
 // the Payment and the fingerprint of the request that created it.
@@ -148,6 +166,15 @@ func (p *Payment) normalize() {
 	if p.CaptureBefore != nil {
 		t := p.CaptureBefore.UTC()
 		p.CaptureBefore = &t
+	}
+	if p.ActionExpiresAt != nil {
+		t := p.ActionExpiresAt.UTC()
+		p.ActionExpiresAt = &t
+	}
+	p.NextAction = nil
+	if p.Status == StatusRequiresAction && p.NextActionURL != nil {
+		p.NextAction = &NextAction{Type: NextActionRedirect, URL: *p.NextActionURL, ReturnURL: p.ReturnURL,
+			ExpiresAt: p.ActionExpiresAt}
 	}
 }
 

@@ -148,7 +148,8 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment, byReq
 		return Outcome{Payment: p, Pending: true}, nil
 	}
 	switch hold.Status {
-	case providers.StatusAuthorized, providers.StatusDeclined:
+	case providers.StatusAuthorized, providers.StatusDeclined, providers.StatusRequiresAction:
+		// A challenge the lost answer issued is the request's answer too.
 		return s.settleAuthorize(ctx, c, p, hold, nil, nil)
 	case providers.StatusCaptured, providers.StatusCanceled, providers.StatusExpired,
 		providers.StatusPartiallyRefunded, providers.StatusRefunded:

@@ -60,6 +60,12 @@ type Config struct {
 	// HoldActionLead is how long before a hold's deadline the sweeper
 	// starts its on_expiry action; 0 means DefaultHoldActionLead.
 	HoldActionLead time.Duration
+	// ActionTimeout is how long an authentication challenge may stay open
+	// before the hold sweeper abandons it; 0 means DefaultActionTimeout.
+	ActionTimeout time.Duration
+	// AllowHTTPLoopbackReturnURLs lets a payment's return_url be http://
+	// on a loopback host (outside production).
+	AllowHTTPLoopbackReturnURLs bool
 	// ProviderTimeout bounds one provider call. Defaults to 15s.
 	ProviderTimeout time.Duration
 	// Lease is how long a request holds an idempotency key before another
@@ -98,6 +104,8 @@ type Service struct {
 	breakers         map[string]*breaker
 	holdExpiringLead time.Duration
 	holdActionLead   time.Duration
+	actionTimeout    time.Duration
+	loopbackReturn   bool
 	providerTimeout  time.Duration
 	lease            time.Duration
 	keyTTL           time.Duration
@@ -138,6 +146,10 @@ func NewService(cfg Config) *Service {
 		s.maxAttempts = DefaultMaxAttempts
 	}
 	s.holdExpiringLead, s.holdActionLead = cfg.HoldExpiringLead, cfg.HoldActionLead
+	s.actionTimeout, s.loopbackReturn = cfg.ActionTimeout, cfg.AllowHTTPLoopbackReturnURLs
+	if s.actionTimeout <= 0 {
+		s.actionTimeout = DefaultActionTimeout
+	}
 	if s.holdExpiringLead <= 0 {
 		s.holdExpiringLead = DefaultHoldExpiringLead
 	}

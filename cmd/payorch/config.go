@@ -258,6 +258,11 @@ type config struct {
 	// deadline its on_expiry action starts; at least twice the sweep
 	// interval, so a pass always comes in time.
 	HoldActionLead time.Duration
+	// AuthenticationTimeout (PAYORCH_AUTHENTICATION_TIMEOUT) is how long a
+	// 3-D Secure challenge may stay open before the hold sweeper abandons
+	// it (the provider's intent canceled, the payment failed
+	// authentication_abandoned): from 1m to 24h.
+	AuthenticationTimeout time.Duration
 	// WebhookSenders (PAYORCH_WEBHOOK_SENDERS) is how many deliveries the
 	// delivery worker sends at once, 1 to 256 (default 32).
 	WebhookSenders int
@@ -340,9 +345,10 @@ func defaultConfig() config {
 		WebhookSenders:   webhooks.DefaultWebhookSenders,
 		WebhookTimeout:   webhooks.WebhookTimeout,
 
-		HoldSweepInterval: time.Minute,
-		HoldExpiringLead:  orchestrator.DefaultHoldExpiringLead,
-		HoldActionLead:    orchestrator.DefaultHoldActionLead,
+		HoldSweepInterval:     time.Minute,
+		HoldExpiringLead:      orchestrator.DefaultHoldExpiringLead,
+		HoldActionLead:        orchestrator.DefaultHoldActionLead,
+		AuthenticationTimeout: orchestrator.DefaultActionTimeout,
 
 		MaxAttempts: orchestrator.DefaultMaxAttempts,
 		Breaker:     orchestrator.DefaultBreaker,
@@ -501,6 +507,7 @@ func (c *config) readJobs(e *envReader) {
 	e.dur("PAYORCH_HOLD_SWEEP_INTERVAL", &c.HoldSweepInterval)
 	e.dur("PAYORCH_HOLD_EXPIRING_LEAD", &c.HoldExpiringLead)
 	e.dur("PAYORCH_HOLD_ACTION_LEAD", &c.HoldActionLead)
+	e.dur("PAYORCH_AUTHENTICATION_TIMEOUT", &c.AuthenticationTimeout)
 	e.str("PAYORCH_RECONCILE_SCHEDULE", &c.ReconcileSchedule)
 	e.str("PAYORCH_RECONCILE_TZ", &c.ReconcileTZ)
 	e.dur("PAYORCH_RECONCILE_GRACE", &c.ReconcileGrace)
@@ -615,6 +622,8 @@ func (c config) validateJobs() error {
 		return errors.New("PAYORCH_HOLD_EXPIRING_LEAD: must be positive and at most 720h")
 	case c.HoldActionLead <= 0 || c.HoldActionLead < 2*c.HoldSweepInterval:
 		return errors.New("PAYORCH_HOLD_ACTION_LEAD: must be positive and at least twice PAYORCH_HOLD_SWEEP_INTERVAL, so a pass starts the on_expiry action before the deadline")
+	case c.AuthenticationTimeout < time.Minute || c.AuthenticationTimeout > 24*time.Hour:
+		return errors.New("PAYORCH_AUTHENTICATION_TIMEOUT: must be from 1m to 24h")
 	case c.ResolverInterval < 0 || c.SweepInterval < 0 || c.ResolverMinAge < 0:
 		return errors.New("PAYORCH_RESOLVER_INTERVAL, PAYORCH_RESOLVER_MIN_AGE, PAYORCH_KEY_SWEEP_INTERVAL: must not be negative")
 	case c.StripeTimeout <= 0:

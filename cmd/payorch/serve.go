@@ -324,14 +324,18 @@ func newService(cfg config, pool *pgxpool.Pool, logger *slog.Logger, provs map[s
 		MaxAttempts:      cfg.MaxAttempts,
 		HoldExpiringLead: cfg.HoldExpiringLead,
 		HoldActionLead:   cfg.HoldActionLead,
-		Breaker:          cfg.Breaker,
-		ProviderTimeout:  cfg.ProviderTimeout,
-		Lease:            cfg.IdempotencyLease,
-		KeyTTL:           cfg.IdempotencyTTL,
-		ReplayCache:      cfg.ReplayCache,
-		TracerProvider:   tel.tracerProvider,
-		MeterProvider:    tel.meterProvider,
-		Vault:            cardVault,
+		ActionTimeout:    cfg.AuthenticationTimeout,
+		// As for browser origins: http://localhost return URLs outside
+		// production only.
+		AllowHTTPLoopbackReturnURLs: cfg.Environment != envProduction,
+		Breaker:                     cfg.Breaker,
+		ProviderTimeout:             cfg.ProviderTimeout,
+		Lease:                       cfg.IdempotencyLease,
+		KeyTTL:                      cfg.IdempotencyTTL,
+		ReplayCache:                 cfg.ReplayCache,
+		TracerProvider:              tel.tracerProvider,
+		MeterProvider:               tel.meterProvider,
+		Vault:                       cardVault,
 	}), nil
 }
 
