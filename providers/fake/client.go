@@ -96,6 +96,15 @@ func (c *Client) CheckPaymentMethod(pm string) error {
 // hold. Every error is scrubbed of the card (providers.ScrubError), the
 // *APIError it carries included. A retry without the CVC (the vault erased
 // it) is the same request to the fake: it replays the first answer.
+//
+// 3-D Secure: req.ReturnURL and req.RequestThreeDS go with the create and
+// the confirmation. When the issuer challenges the cardholder, the hold
+// comes back with Status StatusRequiresAction and NextActionURL (the
+// fake's challenge page), and a nil error: nothing is held until the
+// challenge is completed, which a webhook or a Lookup tells. A retry with
+// the same key replays that answer, URL included, and never starts a
+// second challenge. An issuer that insists on authentication the request
+// did not allow is KindDeclined authentication_required.
 func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
 	h, err := c.authorize(ctx, req)
 	if req.Card != nil {
@@ -123,8 +132,12 @@ func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) 
 			}
 		}
 	}
+	// The 3-D Secure parameters go with the confirmation too, so that its
+	// key's fingerprint covers them: a retry that changed them is a
+	// mismatch, never a second challenge.
 	var v holdJSON
-	err := c.call(ctx, OpAuthorize, http.MethodPost, holdPath(created.Ref, "/confirm"), req.Key, struct{}{}, &v)
+	confirm := confirmParams{ReturnURL: req.ReturnURL, RequestThreeDS: req.RequestThreeDS}
+	err := c.call(ctx, OpAuthorize, http.MethodPost, holdPath(created.Ref, "/confirm"), req.Key, confirm, &v)
 	if err != nil {
 		var ae *APIError
 		if providers.KindOf(err) != providers.KindDeclined || !errors.As(err, &ae) || ae.hold == nil {
@@ -138,10 +151,12 @@ func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) 
 // authorizeParamsOf is the body of the create request for req.
 func authorizeParamsOf(req providers.AuthorizeRequest) authorizeParams {
 	in := authorizeParams{
-		AmountMinor:   req.AmountMinor,
-		Currency:      req.Currency,
-		PaymentMethod: req.PaymentMethod,
-		Description:   req.Description,
+		AmountMinor:    req.AmountMinor,
+		Currency:       req.Currency,
+		PaymentMethod:  req.PaymentMethod,
+		Description:    req.Description,
+		ReturnURL:      req.ReturnURL,
+		RequestThreeDS: req.RequestThreeDS,
 	}
 	if c := req.Card; c != nil {
 		in.PaymentMethod = ""
@@ -190,9 +205,10 @@ func (c *Client) Capture(ctx context.Context, req providers.CaptureRequest) (pro
 	return v.hold(), nil
 }
 
-// Cancel voids an authorized hold with POST /v1/holds/{ref}/cancel.
-// Refusals are KindRejected: resource_missing, state_conflict,
-// idempotency_key_mismatch.
+// Cancel voids an authorized hold, or ends a challenge nobody completed
+// (a hold in requires_action: nothing was held), with POST
+// /v1/holds/{ref}/cancel. Refusals are KindRejected: resource_missing,
+// state_conflict, idempotency_key_mismatch.
 func (c *Client) Cancel(ctx context.Context, req providers.CancelRequest) (providers.Hold, error) {
 	if err := needRef(OpCancel, req.Ref); err != nil {
 		return providers.Hold{}, err
@@ -234,7 +250,9 @@ func (c *Client) Refund(ctx context.Context, req providers.RefundRequest) (provi
 }
 
 // Lookup reads a hold with GET /v1/holds/{ref}; an unknown reference is
-// KindRejected with resource_missing.
+// KindRejected with resource_missing. A hold waiting for its cardholder
+// is StatusRequiresAction with its NextActionURL; one whose challenge
+// failed is StatusDeclined with DeclineCode authentication_failed.
 func (c *Client) Lookup(ctx context.Context, ref string) (providers.Hold, error) {
 	if err := needRef(OpLookup, ref); err != nil {
 		return providers.Hold{}, err

@@ -128,3 +128,25 @@ func (c *Client) OpenDispute(ctx context.Context, d Dispute) (Event, error) {
 	}
 	return ev, nil
 }
+
+// Authenticate completes (complete true) or fails the 3-D Secure
+// challenge of a hold waiting for its cardholder, as the buttons of the
+// challenge page do but without the redirect, and returns the hold:
+// authorized, or declined authentication_failed. A hold not waiting for
+// authentication (never challenged, already completed or failed,
+// canceled) is KindRejected state_conflict and does not change; an
+// unknown one KindRejected resource_missing.
+func (c *Client) Authenticate(ctx context.Context, ref string, complete bool) (providers.Hold, error) {
+	if err := needRef(opAdmin, ref); err != nil {
+		return providers.Hold{}, err
+	}
+	p := authenticateParams{Result: resultFail}
+	if complete {
+		p.Result = resultComplete
+	}
+	var v holdJSON
+	if err := c.call(ctx, opAdmin, http.MethodPost, "/_admin/holds/"+url.PathEscape(ref)+"/authenticate", "", p, &v); err != nil {
+		return providers.Hold{}, err
+	}
+	return v.hold(), nil
+}

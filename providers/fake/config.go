@@ -69,6 +69,13 @@ type Config struct {
 	// WebhookClient sends the webhooks; default an http.Client with a 10 s
 	// timeout.
 	WebhookClient *http.Client
+	// PublicURL is the base URL a shopper's browser reaches the fake at,
+	// for the 3-D Secure challenge pages (next_action URLs:
+	// PublicURL/3ds/{ref}?token=…), when that is not the URL payorch
+	// calls it by (a container's name, a proxy). Empty (the default): the
+	// scheme and Host of the confirmation request that started the
+	// challenge.
+	PublicURL string
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -114,6 +121,12 @@ func (c Config) validate() error {
 		}
 		if c.WebhookSecret == "" {
 			return errors.New("fake: Config.WebhookSecret is required with Config.WebhookURL")
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("fake: Config.PublicURL %q is not an http(s) base URL (no query, fragment or credentials)", c.PublicURL)
 		}
 	}
 	if c.ExpiryCheck < 0 {

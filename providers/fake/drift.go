@@ -60,7 +60,7 @@ type Drift struct {
 // knownStatus reports whether st is a hold status.
 func knownStatus(st providers.Status) bool {
 	switch st {
-	case providers.StatusAuthorized, providers.StatusDeclined, providers.StatusCaptured,
+	case providers.StatusRequiresAction, providers.StatusAuthorized, providers.StatusDeclined, providers.StatusCaptured,
 		providers.StatusCanceled, providers.StatusExpired, providers.StatusPartiallyRefunded,
 		providers.StatusRefunded:
 		return true

@@ -20,6 +20,11 @@ var paymentMethods = map[string]string{
 	"pm_card_chargeDeclinedProcessingError":   "processing_error",
 	"pm_card_issuerUnavailable":               "issuer_not_available",
 	"pm_card_tryAgainLater":                   "try_again_later",
+	// Stripe's 3-D Secure test methods (threeDSMethods) approve once
+	// authenticated.
+	"pm_card_threeDSecure2Required":  "",
+	"pm_card_threeDSecureOptional":   "",
+	"pm_card_authenticationRequired": "",
 }
 
 // defaultPaymentMethod is used when a request names none.
@@ -38,19 +43,34 @@ type hold struct {
 	// card is what a hold charged to a card keeps of it (brand, last4),
 	// cardDecline the decline code its number gives ("" approves), decided
 	// when the hold is created: the number itself is never kept.
-	card          *cardJSON
-	cardDecline   string
-	description   string
-	metadata      map[string]string
-	status        providers.Status
-	amount        int64
-	captured      int64
-	refunded      int64
-	currency      string
-	declineCode   string
-	created       time.Time
-	updated       time.Time
-	captureBefore time.Time
+	card        *cardJSON
+	cardDecline string
+	// threeDS is how the issuer treats authentication (threeds.go), decided
+	// when the hold is created (a card's number is not kept).
+	threeDS threeDS
+	// returnURL is where the cardholder goes back after a challenge;
+	// requestThreeDS asks for one (request_three_d_secure).
+	returnURL      string
+	requestThreeDS bool
+	// Set when the confirmation challenged the cardholder: its
+	// idempotency key (carried by the completion's operation and event),
+	// the token guarding the challenge page, the page's URL, and, once the
+	// challenge is completed, authSucceeded or authFailed.
+	confirmKey     string
+	challengeToken string
+	nextActionURL  string
+	authResult     string
+	description    string
+	metadata       map[string]string
+	status         providers.Status
+	amount         int64
+	captured       int64
+	refunded       int64
+	currency       string
+	declineCode    string
+	created        time.Time
+	updated        time.Time
+	captureBefore  time.Time
 	// touched holds the creation and every change, for the report.
 	touched []time.Time
 	// expiryNotified: the hold.expired webhook of its lapse was sent
@@ -90,6 +110,9 @@ func (h *hold) view(now time.Time) holdJSON {
 		CreatedAt:     h.created,
 		UpdatedAt:     h.updated,
 	}
+	if h.status == providers.StatusRequiresAction {
+		v.NextAction = &nextActionJSON{Type: "redirect_to_url", URL: h.nextActionURL, ReturnURL: h.returnURL}
+	}
 	if h.lapsed(now) {
 		v.Status = providers.StatusExpired
 		if h.captureBefore.After(v.UpdatedAt) {
@@ -115,8 +138,11 @@ type holdJSON struct {
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 	CaptureBefore time.Time         `json:"capture_before,omitzero"`
-	CreatedAt     time.Time         `json:"created_at"`
-	UpdatedAt     time.Time         `json:"updated_at"`
+	// NextAction is the challenge waiting for the cardholder, while the
+	// hold is requires_action.
+	NextAction *nextActionJSON `json:"next_action,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
 }
 
 // hold converts the wire form to the seam's type.
@@ -131,8 +157,18 @@ func (v holdJSON) hold() providers.Hold {
 		RefundedMinor: v.RefundedMinor,
 		CaptureBefore: v.CaptureBefore,
 		DeclineCode:   v.DeclineCode,
+		NextActionURL: v.nextActionURL(),
 		CreatedAt:     v.CreatedAt,
 	}
+}
+
+// nextActionURL is the challenge page's URL of a hold waiting for its
+// cardholder, else "".
+func (v holdJSON) nextActionURL() string {
+	if v.Status != providers.StatusRequiresAction || v.NextAction == nil {
+		return ""
+	}
+	return v.NextAction.URL
 }
 
 // authorizeParams is the body of POST /v1/holds: a payment method, or a
@@ -144,6 +180,12 @@ type authorizeParams struct {
 	Card          *cardParams       `json:"card,omitempty"`
 	Description   string            `json:"description,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// ReturnURL is where the cardholder comes back to after a challenge;
+	// without one nobody is there to authenticate.
+	ReturnURL string `json:"return_url,omitempty"`
+	// RequestThreeDS asks the issuer to challenge (Stripe's
+	// request_three_d_secure=any); it needs a ReturnURL.
+	RequestThreeDS bool `json:"request_three_d_secure,omitempty"`
 }
 
 // fingerprinted is what the idempotency fingerprint covers: the
@@ -176,6 +218,9 @@ func (p *authorizeParams) validate() *apiError {
 		if e := p.Card.validate(); e != nil {
 			return e
 		}
+	}
+	if e := checkReturnURL(p.ReturnURL, p.RequestThreeDS); e != nil {
+		return e
 	}
 	if len(p.Description) > 1000 {
 		return invalid("description", "description is longer than 1000 characters")
@@ -231,15 +276,21 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	s.serveWrite(w, r, OpCreate, &p, func(now time.Time) outcome { return s.create(now, &p) })
 }
 
-// confirmParams is the (empty) body of POST /v1/holds/{ref}/confirm.
-type confirmParams struct{}
+// confirmParams is the body of POST /v1/holds/{ref}/confirm: empty, or
+// the 3-D Secure parameters, which replace those given at creation (as
+// Stripe's confirm may set return_url). Either way they are part of the
+// confirmation's idempotency fingerprint.
+type confirmParams struct {
+	ReturnURL      string `json:"return_url,omitempty"`
+	RequestThreeDS bool   `json:"request_three_d_secure,omitempty"`
+}
 
-func (p *confirmParams) validate() *apiError { return nil }
+func (p *confirmParams) validate() *apiError { return checkReturnURL(p.ReturnURL, p.RequestThreeDS) }
 
 func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
 	var p confirmParams
-	ref := r.PathValue("ref")
-	s.serveWrite(w, r, OpAuthorize, &p, func(now time.Time) outcome { return s.confirm(now, ref) })
+	ref, key, base := r.PathValue("ref"), r.Header.Get("Idempotency-Key"), s.publicBase(r)
+	s.serveWrite(w, r, OpAuthorize, &p, func(now time.Time) outcome { return s.confirm(now, ref, key, base, &p) })
 }
 
 func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
@@ -265,29 +316,33 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 	}
 	var card *cardJSON
 	var cardDecline string
+	tds := threeDSMethods[pm]
 	if p.Card != nil {
 		if e := p.Card.check(now); e != nil {
 			return refused(Operation{}, e)
 		}
-		card, cardDecline = p.Card.shown(), p.Card.decline()
+		card, cardDecline, tds = p.Card.shown(), p.Card.decline(), threeDSCards[p.Card.Number]
 	}
 	meta := make(map[string]string, len(p.Metadata))
 	for k, v := range p.Metadata {
 		meta[k] = v
 	}
 	h := &hold{
-		ref:           newID("fh_"),
-		paymentMethod: pm,
-		card:          card,
-		cardDecline:   cardDecline,
-		description:   p.Description,
-		metadata:      meta,
-		status:        providers.StatusRequiresConfirmation,
-		amount:        p.AmountMinor,
-		currency:      p.Currency,
-		created:       now,
-		updated:       now,
-		touched:       []time.Time{now},
+		ref:            newID("fh_"),
+		paymentMethod:  pm,
+		card:           card,
+		cardDecline:    cardDecline,
+		threeDS:        tds,
+		returnURL:      p.ReturnURL,
+		requestThreeDS: p.RequestThreeDS,
+		description:    p.Description,
+		metadata:       meta,
+		status:         providers.StatusRequiresConfirmation,
+		amount:         p.AmountMinor,
+		currency:       p.Currency,
+		created:        now,
+		updated:        now,
+		touched:        []time.Time{now},
 	}
 	s.holds[h.ref] = h
 	s.order = append(s.order, h)
@@ -296,9 +351,11 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 		op: Operation{Ref: h.ref, PaymentID: v.PaymentID, AmountMinor: h.amount, Outcome: OutcomeSucceeded}}
 }
 
-// confirm authorizes a created hold: places it, or records the decline.
-// Called with s.mu held.
-func (s *Server) confirm(now time.Time, ref string) outcome {
+// confirm authorizes a created hold: places it, records the decline, or,
+// when the issuer asks for the cardholder's authentication, makes it wait
+// for the challenge at a page of the fake (base is its base URL, key the
+// confirmation's idempotency key). Called with s.mu held.
+func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref}
 	if h == nil {
@@ -308,20 +365,35 @@ func (s *Server) confirm(now time.Time, ref string) outcome {
 	if h.status != providers.StatusRequiresConfirmation {
 		return refused(op, rejected(providers.CodeStateConflict, "only a hold awaiting confirmation can be confirmed; this one is %s", h.view(now).Status))
 	}
-	h.status, h.captureBefore = providers.StatusAuthorized, now.Add(s.cfg.HoldLifetime)
+	if p.ReturnURL != "" {
+		h.returnURL, h.requestThreeDS = p.ReturnURL, p.RequestThreeDS
+	}
 	code := paymentMethods[h.paymentMethod]
 	if h.card != nil {
 		code = h.cardDecline
 	}
-	if code != "" {
-		h.status, h.declineCode, h.captureBefore = providers.StatusDeclined, code, time.Time{}
+	challenge := false
+	if code == "" {
+		challenge, code = h.threeDS.decide(h.returnURL, h.requestThreeDS)
+	}
+	switch {
+	case code != "":
+		h.status, h.declineCode = providers.StatusDeclined, code
+	case challenge:
+		s.challengeLocked(h, base, key)
+	default:
+		h.status, h.captureBefore = providers.StatusAuthorized, now.Add(s.cfg.HoldLifetime)
 	}
 	h.touch(now)
 	v := h.view(now)
-	op.Outcome = OutcomeSucceeded
-	if h.declineCode != "" {
-		op.Outcome = h.declineCode
-		return outcome{err: declined(h.declineCode, &v), op: op}
+	switch {
+	case code != "":
+		op.Outcome = code
+		return outcome{err: declined(code, &v), op: op}
+	case challenge:
+		op.Outcome = OutcomeRequiresAction
+	default:
+		op.Outcome = OutcomeSucceeded
 	}
 	return outcome{status: http.StatusOK, body: v, op: op}
 }
@@ -354,7 +426,9 @@ func (s *Server) capture(now time.Time, ref string, p *captureParams) outcome {
 	return outcome{status: http.StatusOK, body: h.view(now), op: op}
 }
 
-// cancel voids an authorized hold. Called with s.mu held.
+// cancel voids an authorized hold, or ends a challenge nobody completed
+// (requires_action: nothing was held, so nothing is released, and the
+// challenge page then says it expired). Called with s.mu held.
 func (s *Server) cancel(now time.Time, ref string) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref}
@@ -362,12 +436,16 @@ func (s *Server) cancel(now time.Time, ref string) outcome {
 		return refused(op, notFound("hold", ref))
 	}
 	op.PaymentID = h.metadata[metaPaymentID]
-	if h.status != providers.StatusAuthorized || h.lapsed(now) {
-		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold can be canceled; this one is %s", h.view(now).Status))
+	waiting := h.status == providers.StatusRequiresAction
+	if (h.status != providers.StatusAuthorized && !waiting) || h.lapsed(now) {
+		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold or one waiting for authentication can be canceled; this one is %s", h.view(now).Status))
 	}
 	h.status = providers.StatusCanceled
 	h.touch(now)
 	op.AmountMinor, op.Outcome = h.amount, OutcomeSucceeded
+	if waiting {
+		op.AmountMinor = 0
+	}
 	return outcome{status: http.StatusOK, body: h.view(now), op: op}
 }
 

@@ -21,8 +21,13 @@ const (
 	OpRefund    Op = "refund"
 	// OpExtend moves an authorized hold's deadline later (no money moves).
 	OpExtend Op = "extend"
-	OpLookup Op = "lookup"
-	OpReport Op = "report"
+	// OpAuthenticate is the cardholder completing (or failing) a 3-D
+	// Secure challenge: the hold placed (or declined) at last. It is
+	// logged with the key of the confirmation that started the challenge;
+	// faults cannot target it (it is the shopper's click, not a call).
+	OpAuthenticate Op = "authenticate"
+	OpLookup       Op = "lookup"
+	OpReport       Op = "report"
 )
 
 // valid reports whether o is a known operation.
@@ -35,8 +40,13 @@ func (o Op) valid() bool {
 }
 
 // OutcomeSucceeded is the Outcome of an operation that did what it was
-// asked; any other Outcome is the error code it answered with.
-const OutcomeSucceeded = "succeeded"
+// asked; OutcomeRequiresAction that of an authorization whose issuer
+// challenged the cardholder (nothing held yet); any other Outcome is the
+// error code it answered with.
+const (
+	OutcomeSucceeded      = "succeeded"
+	OutcomeRequiresAction = "requires_action"
+)
 
 // Operation is one write the fake provider actually executed: never a
 // replay, a refused idempotency key or a request a fault stopped before

@@ -67,6 +67,11 @@ func (s *Server) seed(sh SeedHold) (*hold, *apiError) {
 	if !knownStatus(sh.Status) {
 		return nil, invalid("status", "unknown status %q", sh.Status)
 	}
+	if sh.Status == providers.StatusRequiresAction {
+		// A challenge needs its page, token and return URL: confirmation
+		// makes them.
+		return nil, invalid("status", "a hold waiting for authentication cannot be seeded; authorize with a 3-D Secure test method instead")
+	}
 	if sh.AmountMinor <= 0 {
 		return nil, invalid("amount_minor", "amount_minor must be a positive integer")
 	}

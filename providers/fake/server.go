@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -22,6 +23,9 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// pages serves the 3-D Secure challenge pages, which need no bearer
+	// token (challenge.go).
+	pages *http.ServeMux
 	// tokenHash is the SHA-256 of cfg.Token, which every request carries.
 	tokenHash [sha256.Size]byte
 	// cardKey keys the HMAC of card numbers in idempotency fingerprints.
@@ -65,6 +69,7 @@ func newServer(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
+		pages:   http.NewServeMux(),
 		done:    make(chan struct{}),
 		holds:   make(map[string]*hold),
 		refunds: make(map[string]*refund),
@@ -107,6 +112,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /_admin/webhooks/faults", s.handleInjectWebhookFault)
 	s.mux.HandleFunc("DELETE /_admin/webhooks/faults", s.handleClearWebhookFaults)
 	s.mux.HandleFunc("POST /_admin/disputes", s.handleDispute)
+	s.mux.HandleFunc("POST /_admin/holds/{ref}/authenticate", s.handleAuthenticate)
+	s.pages.HandleFunc("GET /3ds/{ref}", s.handleChallengePage)
+	s.pages.HandleFunc("POST /3ds/{ref}", s.handleChallengeSubmit)
+	s.pages.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { writeNoChallenge(w) })
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		e := invalid("", "unrecognized request URL (%s %s)", r.Method, r.URL.Path)
 		e.status = http.StatusNotFound
@@ -114,9 +123,18 @@ func (s *Server) routes() {
 	})
 }
 
+// challengePrefix starts the paths of the 3-D Secure challenge pages.
+const challengePrefix = "/3ds/"
+
 // ServeHTTP serves the fake provider's API to requests that carry its
-// token; any other is a 401 and changes nothing.
+// token; any other is a 401 and changes nothing. The challenge pages are
+// the exception: a shopper's browser opens them, and the per-hold token
+// in their URL is their key.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, challengePrefix) {
+		s.pages.ServeHTTP(w, r)
+		return
+	}
 	if !s.authorized(r) {
 		unauthorized(w)
 		return

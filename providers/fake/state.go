@@ -56,6 +56,15 @@ type holdState struct {
 	Touched       []time.Time       `json:"touched"`
 	// ExpiryNotified: its hold.expired webhook was sent.
 	ExpiryNotified bool `json:"expiry_notified,omitempty"`
+	// 3-D Secure (threeds.go): the issuer's treatment, the cardholder's
+	// return, and the challenge of a hold that had one.
+	ThreeDS        threeDS `json:"three_d_secure,omitempty"`
+	ReturnURL      string  `json:"return_url,omitempty"`
+	RequestThreeDS bool    `json:"request_three_d_secure,omitempty"`
+	ConfirmKey     string  `json:"confirm_key,omitempty"`
+	ChallengeToken string  `json:"challenge_token,omitempty"`
+	NextActionURL  string  `json:"next_action_url,omitempty"`
+	AuthResult     string  `json:"auth_result,omitempty"`
 }
 
 // refundState is a refund as stored.
@@ -161,6 +170,8 @@ func (s *Server) snapshotLocked() *stateDoc {
 			Currency: h.currency, DeclineCode: h.declineCode,
 			CreatedAt: h.created, UpdatedAt: h.updated, CaptureBefore: h.captureBefore, Touched: h.touched,
 			ExpiryNotified: h.expiryNotified,
+			ThreeDS:        h.threeDS, ReturnURL: h.returnURL, RequestThreeDS: h.requestThreeDS, ConfirmKey: h.confirmKey,
+			ChallengeToken: h.challengeToken, NextActionURL: h.nextActionURL, AuthResult: h.authResult,
 		})
 	}
 	for _, rf := range s.refunds {
@@ -234,6 +245,8 @@ func (s *Server) restore(b []byte) error {
 			return fmt.Errorf("hold %s is there twice", hs.Ref)
 		case hs.Status != providers.StatusRequiresConfirmation && !knownStatus(hs.Status):
 			return fmt.Errorf("hold %s has an unknown status %q", hs.Ref, hs.Status)
+		case hs.Status == providers.StatusRequiresAction && (hs.ChallengeToken == "" || hs.NextActionURL == ""):
+			return fmt.Errorf("hold %s waits for authentication without a challenge", hs.Ref)
 		}
 		meta := hs.Metadata
 		if meta == nil {
@@ -246,6 +259,8 @@ func (s *Server) restore(b []byte) error {
 			currency: hs.Currency, declineCode: hs.DeclineCode,
 			created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
 			expiryNotified: hs.ExpiryNotified,
+			threeDS:        hs.ThreeDS, returnURL: hs.ReturnURL, requestThreeDS: hs.RequestThreeDS, confirmKey: hs.ConfirmKey,
+			challengeToken: hs.ChallengeToken, nextActionURL: hs.NextActionURL, authResult: hs.AuthResult,
 		}
 		s.holds[h.ref] = h
 		s.order = append(s.order, h)

@@ -28,18 +28,27 @@ const (
 	EventRefundSucceeded = "refund.succeeded"
 	EventRefundFailed    = "refund.failed"
 	EventDisputeCreated  = "dispute.created"
+	// EventHoldRequiresAction: the confirmation challenged the cardholder
+	// (3-D Secure); nothing is held until the challenge is completed, then
+	// hold.authorized follows, or hold.payment_failed.
+	EventHoldRequiresAction = "hold.requires_action"
+	// EventHoldPaymentFailed: an authorization that waited for the
+	// cardholder failed; failure_code says why (authentication_failed).
+	EventHoldPaymentFailed = "hold.payment_failed"
 )
 
 // eventKinds maps the fake's event types to the providers' kinds.
 var eventKinds = map[string]providers.WebhookKind{
-	EventHoldAuthorized:  providers.WebhookAuthorized,
-	EventHoldCaptured:    providers.WebhookCaptureSucceeded,
-	EventCaptureFailed:   providers.WebhookCaptureFailed,
-	EventHoldCanceled:    providers.WebhookHoldCanceled,
-	EventHoldExpired:     providers.WebhookHoldExpired,
-	EventRefundSucceeded: providers.WebhookRefundSucceeded,
-	EventRefundFailed:    providers.WebhookRefundFailed,
-	EventDisputeCreated:  providers.WebhookDisputeOpened,
+	EventHoldAuthorized:     providers.WebhookAuthorized,
+	EventHoldCaptured:       providers.WebhookCaptureSucceeded,
+	EventCaptureFailed:      providers.WebhookCaptureFailed,
+	EventHoldCanceled:       providers.WebhookHoldCanceled,
+	EventHoldExpired:        providers.WebhookHoldExpired,
+	EventRefundSucceeded:    providers.WebhookRefundSucceeded,
+	EventRefundFailed:       providers.WebhookRefundFailed,
+	EventDisputeCreated:     providers.WebhookDisputeOpened,
+	EventHoldRequiresAction: providers.WebhookRequiresAction,
+	EventHoldPaymentFailed:  providers.WebhookAuthorizationFailed,
 }
 
 // Event is one webhook of the fake provider, as sent.

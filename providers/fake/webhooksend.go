@@ -176,8 +176,9 @@ func (s *Server) emitLocked(ev Event) {
 }
 
 // emitForLocked queues the webhook of an executed write, if it has one:
-// the hold authorized, captured (or the capture refused), canceled, a
-// refund made (or refused). Called with s.mu held.
+// the hold authorized (or waiting for its cardholder's authentication),
+// captured (or the capture refused), canceled, a refund made (or
+// refused). Called with s.mu held.
 func (s *Server) emitForLocked(op Op, key string, rec Operation) {
 	h := s.holds[rec.Ref]
 	if s.hooks == nil || h == nil {
@@ -190,6 +191,8 @@ func (s *Server) emitForLocked(op Op, key string, rec Operation) {
 	switch {
 	case op == OpAuthorize && ok:
 		typ, d.AmountMinor = EventHoldAuthorized, h.amount
+	case op == OpAuthorize && rec.Outcome == OutcomeRequiresAction:
+		typ, d.AmountMinor = EventHoldRequiresAction, h.amount
 	case op == OpCapture && ok:
 		typ = EventHoldCaptured
 	case op == OpCapture:
