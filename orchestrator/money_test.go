@@ -47,7 +47,14 @@ type moneyWorld struct {
 	// fakes and gated are every connector's, by name.
 	fakes map[string]*fake.Client
 	gated map[string]*gatedProvider
+	// cfg is the Service's configuration: instance makes another
+	// Service on it, as a second serve instance would be.
+	cfg orchestrator.Config
 }
+
+// instance is another Service on w's database, providers and clock, as
+// another serve instance is.
+func (w *moneyWorld) instance() *orchestrator.Service { return orchestrator.NewService(w.cfg) }
 
 // newMoneyWorld builds a moneyWorld with one connector, fake. providerTimeout bounds each
 // provider call (0: the Service's default); tests that make a call time
@@ -86,7 +93,7 @@ func newConnectorWorld(t *testing.T, providerTimeout time.Duration, tune func(*o
 	if tune != nil {
 		tune(&cfg)
 	}
-	w.svc = orchestrator.NewService(cfg)
+	w.svc, w.cfg = orchestrator.NewService(cfg), cfg
 	w.hooks = webhooks.New(webhooks.Config{Pool: cfg.Pool, Clock: clk.Now})
 	return w
 }
@@ -274,6 +281,7 @@ type authorizeBody struct {
 	PaymentMethod string            `json:"payment_method"`
 	Description   string            `json:"description"`
 	Metadata      map[string]string `json:"metadata"`
+	ReturnURL     string            `json:"return_url"`
 }
 
 // authorize sends POST /v1/payments with body under key.
@@ -287,6 +295,7 @@ func (e *moneyEnv) authorize(t *testing.T, key, body string) answer {
 		return e.svc.Authorize(ctx, c, orchestrator.AuthorizeInput{
 			TenantID: e.tenant, Key: key, Fingerprint: fp, AmountMinor: in.AmountMinor, Currency: in.Currency,
 			Provider: in.Provider, PaymentMethod: in.PaymentMethod, Description: in.Description, Metadata: in.Metadata,
+			ReturnURL: in.ReturnURL,
 		})
 	})
 }

@@ -573,8 +573,15 @@ func scanPair(rows pgx.Rows) (pairRow, error) {
 // inWindow reports whether t is in [from, to).
 func inWindow(t, from, to time.Time) bool { return !t.Before(from) && t.Before(to) }
 
-// expectedStatus maps our payment state to the provider's.
+// expectedStatus maps our payment state to the provider's. A payment
+// waiting for its shopper's authentication expects the provider's
+// challenge still open: an authorized (or failed) hold at the provider is
+// status_mismatch, not settled here. The hold sweeper settles such a
+// payment by lookup within minutes, so by the time a day is reconciled it
+// is a payment the sweeper could not settle, which finance should see;
+// reconciliation reports, it never changes payments.
 var expectedStatus = map[orchestrator.Status]providers.Status{
+	orchestrator.StatusRequiresAction:    providers.StatusRequiresAction,
 	orchestrator.StatusAuthorized:        providers.StatusAuthorized,
 	orchestrator.StatusFailed:            providers.StatusDeclined,
 	orchestrator.StatusCaptured:          providers.StatusCaptured,
@@ -681,10 +688,19 @@ func (r *Reconciler) judgeMatched(l *local, rows []remote) []finding {
 	out = append(out, amountMismatches(l, rm)...)
 	if f, ok := r.lapsed(l, &rm); ok {
 		out = append(out, f)
-	} else if want := expectedStatus[orchestrator.Status(l.Status)]; want != providers.Status(rm.Status) {
+	} else if want := expectedStatus[orchestrator.Status(l.Status)]; want != providers.Status(rm.Status) &&
+		!failedAndCanceled(l, rm) {
 		out = append(out, l.finding(StatusMismatch, "status", string(want), rm.Status))
 	}
 	return out
+}
+
+// failedAndCanceled reports a failed payment whose provider object was
+// canceled: an abandoned authentication challenge, whose intent payorch
+// canceled (orchestrator.FailureAuthenticationAbandoned). Neither side
+// holds money; they agree.
+func failedAndCanceled(l *local, rm remote) bool {
+	return orchestrator.Status(l.Status) == orchestrator.StatusFailed && providers.Status(rm.Status) == providers.StatusCanceled
 }
 
 // duplicates is the duplicate_at_provider finding of a payment that
