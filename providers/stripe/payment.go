@@ -60,7 +60,10 @@ func (c *Client) CheckPaymentMethod(pm string) error {
 // StatusRequiresAction and the challenge's NextActionURL (see holdOf), not
 // an error. Without it, such a payment is declined authentication_required.
 // req.RequestThreeDS (only with ReturnURL) is sent with the creation as
-// payment_method_options[card][request_three_d_secure]=any.
+// payment_method_options[card][request_three_d_secure]=any. Stripe
+// replays a retry's confirmation with the requires_action answer it stored
+// when the challenge began; one retrieve then answers a challenge
+// completed or failed since (authorized, or declined authentication_failed).
 //
 // An error from OnReference is returned wrapped, KindNotExecuted (the
 // PaymentIntent exists but holds nothing; the retry confirms it). A
@@ -200,7 +203,11 @@ func (c *Client) confirm(ctx context.Context, key string, created *stripego.Paym
 	p.Context = cl.ctx
 	pi, err := c.intents.Confirm(created.ID, p)
 	if err == nil {
-		return holdOf(pi), nil
+		h := holdOf(pi)
+		if h.Status == providers.StatusRequiresAction && replayed(pi.LastResponse) {
+			return c.current(ctx, h)
+		}
+		return h, nil
 	}
 	perr := cl.fail(err)
 	switch {
@@ -236,10 +243,42 @@ func (c *Client) settle(ctx context.Context, ref string, perr *providers.Error, 
 	case providers.StatusAuthorized, providers.StatusRequiresAction:
 		return h, nil
 	case providers.StatusDeclined:
-		return h, &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
-			Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: perr}
+		return h, declinedError(h, perr)
 	}
 	return providers.Hold{}, perr
+}
+
+// replayed reports whether Stripe answered with the stored answer of an
+// earlier request with the same key.
+func replayed(r *stripego.APIResponse) bool {
+	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+// current answers a replayed requires_action confirmation from the
+// PaymentIntent as it now is. Stripe replays the answer it stored when the
+// challenge began, but the cardholder may have completed or failed it
+// since: authorized or declined is the answer. Anything else (still
+// waiting; canceled, which only the orchestrator's abandonment does to a
+// challenge; a failed read) keeps the replayed answer. It only reads.
+func (c *Client) current(ctx context.Context, waiting providers.Hold) (providers.Hold, error) {
+	pi, err := c.retrieve(ctx, waiting.Ref)
+	if err != nil {
+		return waiting, nil
+	}
+	switch h := holdOf(pi); h.Status {
+	case providers.StatusAuthorized:
+		return h, nil
+	case providers.StatusDeclined:
+		return h, declinedError(h, nil)
+	}
+	return waiting, nil
+}
+
+// declinedError is the error of declined hold h, found by a retrieve after
+// the confirmation's answer cause (nil: a replayed answer).
+func declinedError(h providers.Hold, cause error) *providers.Error {
+	return &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
+		Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: cause}
 }
 
 // declinedHold is the declined hold a decline answer describes.
