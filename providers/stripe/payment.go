@@ -187,7 +187,7 @@ func (c *Client) confirm(ctx context.Context, key string, created *stripego.Paym
 	if req.ReturnURL != "" {
 		// A cardholder is there to authenticate: Stripe answers
 		// requires_action with next_action.redirect_to_url, and sends the
-		// cardholder back here after the challenge.
+		// cardholder to return_url after the challenge.
 		p.ReturnURL = stripego.String(req.ReturnURL)
 	} else {
 		// Nobody is there to authenticate: fail (authentication_required)
