@@ -64,7 +64,9 @@ func resentWithoutCVC(perr *providers.Error, card *providers.Card) bool {
 // chargedWith reports whether PaymentIntent pi was confirmed with card, as
 // far as Stripe shows a card: the last four digits and expiry of its
 // latest charge's card, or of the payment method its last error names
-// (card data refused before any charge).
+// (card data refused before any charge), or of its own payment method when
+// expanded (waiting for the cardholder's authentication: no charge yet; the
+// PaymentIntent is created without one, so it is the confirmation's card).
 func chargedWith(pi *stripego.PaymentIntent, card *providers.Card) bool {
 	var last4 string
 	var month, year int64
@@ -74,6 +76,9 @@ func chargedWith(pi *stripego.PaymentIntent, card *providers.Card) bool {
 		last4, month, year = c.Last4, c.ExpMonth, c.ExpYear
 	case pi.LastPaymentError != nil && pi.LastPaymentError.PaymentMethod != nil && pi.LastPaymentError.PaymentMethod.Card != nil:
 		c := pi.LastPaymentError.PaymentMethod.Card
+		last4, month, year = c.Last4, c.ExpMonth, c.ExpYear
+	case pi.PaymentMethod != nil && pi.PaymentMethod.Card != nil:
+		c := pi.PaymentMethod.Card
 		last4, month, year = c.Last4, c.ExpMonth, c.ExpYear
 	default:
 		return false

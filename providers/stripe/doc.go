@@ -48,6 +48,28 @@
 // KindRejected with a code (resource_missing, state_conflict,
 // amount_too_large, hold_expired, idempotency_key_mismatch).
 //
+// # 3-D Secure
+//
+// With AuthorizeRequest.ReturnURL the confirmation carries return_url (and
+// not error_on_requires_action); RequestThreeDS adds
+// payment_method_options[card][request_three_d_secure]=any to the
+// creation. Both are parameters of the keyed requests, so a retry replays
+// the one challenge. Stripe's states map to the seam as:
+//
+//	requires_action, next_action redirect_to_url      requires_action, NextActionURL = redirect_to_url.url
+//	requires_action, any other next_action            requires_action, no URL (see nextActionURL)
+//	requires_capture (challenge completed)            authorized, capture_before from the charge
+//	requires_payment_method, last_payment_error
+//	  payment_intent_authentication_failure           declined, authentication_failed
+//	402 card_error authentication_required            KindDeclined authentication_required (no return_url)
+//	canceled (the challenge abandoned and canceled)   canceled
+//
+// Webhooks: payment_intent.requires_action (requires_action),
+// payment_intent.amount_capturable_updated (authorized),
+// payment_intent.payment_failed (authorization_failed, FailureCode
+// authentication_failed or the decline code); enable them on the
+// account's webhook endpoint.
+//
 // # Daily report
 //
 // Report lists the PaymentIntents created in the day, the PaymentIntents
@@ -72,9 +94,13 @@
 //     declines (card_declined); pm_card_chargeDeclinedInsufficientFunds
 //     declines (insufficient_funds); pm_card_visa_chargeDeclinedExpiredCard
 //     declines (expired_card). Methods that need 3-D Secure
-//     (pm_card_authenticationRequired) fail at confirmation
-//     (error_on_requires_action) instead of waiting for a customer who is
-//     not there. With an account enabled for raw card data (card.go),
+//     (pm_card_threeDSecure2Required, pm_card_authenticationRequired) wait
+//     for the cardholder's challenge when the payment has a return_url
+//     (see 3-D Secure below), and without one are declined
+//     authentication_required at confirmation (error_on_requires_action)
+//     instead of waiting for a customer who is not there;
+//     pm_card_threeDSecureOptional passes without a challenge. With an
+//     account enabled for raw card data (card.go),
 //     vaulted cards with Stripe's test numbers work too: 4242424242424242
 //     approves, 4000000000000002 declines (card_declined),
 //     4000000000009995 (insufficient_funds), 4000000000000119

@@ -25,6 +25,10 @@ type emuIntent struct {
 	lastError                                map[string]any
 	// card is the card sent with the confirmation (payment_method_data).
 	card *emuCard
+	// threeDS is the creation's request_three_d_secure; returnURL the
+	// confirmation's return_url, shown in next_action while status is
+	// requires_action.
+	threeDS, returnURL string
 }
 
 // emuCard is what the emulator keeps of a card it was sent: what Stripe
@@ -33,6 +37,9 @@ type emuCard struct {
 	brand, last4      string
 	expMonth, expYear int
 	code, declineCode string
+	// threeDS is what the card's issuer does about authentication
+	// (emuThreeDS).
+	threeDS string
 }
 
 type emuCharge struct {
@@ -60,6 +67,9 @@ type emuEvent struct {
 	id, typ string
 	created int64
 	object  map[string]any
+	// key is the Idempotency-Key of the request that caused the event, ""
+	// when none did (the cardholder, or Stripe itself).
+	key string
 }
 
 // holdLife is how long an authorized hold lasts at Stripe.
@@ -70,6 +80,9 @@ var emuDeclines = map[string]string{
 	"pm_card_visa":                            "",
 	"pm_card_chargeDeclined":                  "generic_decline",
 	"pm_card_chargeDeclinedInsufficientFunds": "insufficient_funds",
+	"pm_card_threeDSecure2Required":           "",
+	"pm_card_threeDSecureOptional":            "",
+	"pm_card_authenticationRequired":          "",
 }
 
 func now() int64 { return time.Now().Unix() }
@@ -94,6 +107,7 @@ func (e *emulator) createIntent(_ *http.Request, f url.Values) answer {
 	pi := &emuIntent{
 		id: e.newID("pi"), amount: amount, currency: f.Get("currency"), description: f.Get("description"),
 		paymentMethod: pm, metadata: map[string]string{}, status: status, created: now(),
+		threeDS: f.Get("payment_method_options[card][request_three_d_secure]"),
 	}
 	for k, v := range f {
 		if name, ok := strings.CutPrefix(k, "metadata["); ok {
@@ -138,9 +152,17 @@ func (e *emulator) confirmIntent(r *http.Request, f url.Values) answer {
 		return withIntent(*refused, e.intentJSON(pi, false))
 	}
 	code, decline := "card_declined", emuDeclines[pi.paymentMethod]
+	issuer := emuThreeDS[pi.paymentMethod]
 	if card != nil {
 		pi.paymentMethod, pi.card = e.newID("pm"), card
-		code, decline = card.code, card.declineCode
+		code, decline, issuer = card.code, card.declineCode, card.threeDS
+	}
+	if issuer == threeDSRequired || pi.threeDS == "any" {
+		if f.Get("error_on_requires_action") != "true" {
+			return e.challenge(pi, f, r.Header.Get("Idempotency-Key"))
+		}
+		// Nobody is there to authenticate: Stripe declines.
+		code, decline = "authentication_required", "authentication_required"
 	}
 	ch := &emuCharge{id: e.newID("ch"), intent: pi.id, currency: pi.currency, amount: pi.amount, created: now(), card: pi.card}
 	e.charges[ch.id] = ch
@@ -155,6 +177,7 @@ func (e *emulator) confirmIntent(r *http.Request, f url.Values) answer {
 			errBody["decline_code"] = decline
 		}
 		pi.lastError = maps.Clone(errBody)
+		e.event("payment_intent.payment_failed", pi, r.Header.Get("Idempotency-Key"))
 		return withIntent(a, e.intentJSON(pi, false))
 	}
 	ch.status, ch.captureBefore = "succeeded", time.Unix(ch.created, 0).Add(holdLife).Unix()
@@ -203,7 +226,7 @@ func (e *emulator) cardOf(f url.Values) (*emuCard, *answer) {
 	out := emuCardOutcomes[number]
 	brand := map[byte]string{'4': "visa", '5': "mastercard", '3': "amex", '6': "discover"}[number[0]]
 	return &emuCard{brand: brand, last4: number[len(number)-4:], expMonth: month, expYear: year,
-		code: out[0], declineCode: out[1]}, nil
+		code: out[0], declineCode: out[1], threeDS: emuThreeDS[number]}, nil
 }
 
 func (e *emulator) captureIntent(r *http.Request, f url.Values) answer {
@@ -319,7 +342,11 @@ func (e *emulator) getIntent(r *http.Request, q url.Values) answer {
 	if missing != nil {
 		return *missing
 	}
-	return answer{status: http.StatusOK, body: e.intentJSON(pi, expands(q, "latest_charge"))}
+	m := e.intentJSON(pi, expands(q, "latest_charge"))
+	if expands(q, "payment_method") && pi.paymentMethod != "" {
+		m["payment_method"] = e.paymentMethodJSON(pi)
+	}
+	return answer{status: http.StatusOK, body: m}
 }
 
 // listed is one object of a list, for pagination.
@@ -367,8 +394,7 @@ func (e *emulator) listEvents(_ *http.Request, q url.Values) answer {
 			continue
 		}
 		items = append(items, listed{id: ev.id, created: ev.created, seq: i, json: func() map[string]any {
-			return map[string]any{"id": ev.id, "object": "event", "type": ev.typ, "created": ev.created,
-				"api_version": "2023-10-16", "livemode": false, "data": map[string]any{"object": ev.object}}
+			return eventJSON(ev)
 		}})
 	}
 	return page("/v1/events", items, q)
@@ -416,6 +442,8 @@ func page(path string, items []listed, q url.Values) answer {
 	return answer{status: http.StatusOK, body: map[string]any{"object": "list", "url": path, "has_more": more, "data": data}}
 }
 
+// intentJSON is pi as Stripe shows it; latest_charge expanded when
+// expandCharge.
 func (e *emulator) intentJSON(pi *emuIntent, expandCharge bool) map[string]any {
 	m := map[string]any{
 		"id": pi.id, "object": "payment_intent", "amount": pi.amount, "amount_capturable": pi.capturable,
@@ -429,6 +457,7 @@ func (e *emulator) intentJSON(pi *emuIntent, expandCharge bool) map[string]any {
 	if pi.canceledAt != 0 {
 		m["canceled_at"] = pi.canceledAt
 	}
+	m["next_action"] = e.nextAction(pi)
 	if pi.lastError != nil {
 		m["last_payment_error"] = pi.lastError
 	}

@@ -84,11 +84,18 @@ func apiError(op string, se *stripego.Error) *providers.Error {
 }
 
 // declineCode is the code a decline is stored with: the issuer's decline
-// code when it says more than "generic_decline", else Stripe's error code.
+// code when it says more than "generic_decline", else Stripe's error code;
+// a failed authentication challenge (Stripe's
+// payment_intent_authentication_failure, the last_payment_error of a
+// PaymentIntent back in requires_payment_method) is authentication_failed.
+// An issuer's authentication_required passes as it is, the seam's
+// CodeAuthenticationRequired.
 func declineCode(se *stripego.Error) string {
 	switch {
 	case se == nil:
 		return providers.CodeCardDeclined
+	case se.Code == stripego.ErrorCodePaymentIntentAuthenticationFailure:
+		return providers.CodeAuthenticationFailed
 	case se.DeclineCode != "" && se.DeclineCode != stripego.DeclineCodeGenericDecline:
 		return string(se.DeclineCode)
 	case se.Code != "":

@@ -25,6 +25,10 @@ const (
 // capture_before and the refunded amount live on the charge.
 const expandCharge = "latest_charge"
 
+// expandPaymentMethod is expanded where the card a PaymentIntent was
+// confirmed with is compared (card.go's chargedWith).
+const expandPaymentMethod = "payment_method"
+
 // paymentMethodRE is the shape of the payment methods the adapter sends
 // Stripe: PaymentMethod ids, pm_ then letters, digits and underscores
 // (pm_1N…, and the test methods pm_card_visa, pm_card_chargeDeclined).
@@ -50,6 +54,17 @@ func (c *Client) CheckPaymentMethod(pm string) error {
 // Every error is then scrubbed of the card (providers.ScrubError), the
 // *stripe.Error it carries included.
 //
+// With req.ReturnURL set, the confirmation sends return_url instead of
+// error_on_requires_action: an issuer's authentication request leaves the
+// PaymentIntent in requires_action and the answer is the hold with
+// StatusRequiresAction and the challenge's NextActionURL (see holdOf), not
+// an error. Without it, such a payment is declined authentication_required.
+// req.RequestThreeDS (only with ReturnURL) is sent with the creation as
+// payment_method_options[card][request_three_d_secure]=any. Stripe
+// replays a retry's confirmation with the requires_action answer it stored
+// when the challenge began; one retrieve then answers a challenge
+// completed or failed since (authorized, or declined authentication_failed).
+//
 // An error from OnReference is returned wrapped, KindNotExecuted (the
 // PaymentIntent exists but holds nothing; the retry confirms it). A
 // decline is KindDeclined with its decline code, returned with the
@@ -59,9 +74,9 @@ func (c *Client) CheckPaymentMethod(pm string) error {
 // timeout), or Stripe refuses it because the PaymentIntent is past
 // confirmation (its confirm key expired), or refuses a card's confirmation
 // resent without its CVC (card.go), one retrieve settles it: an
-// authorized or declined PaymentIntent is the answer; anything else
-// returns the confirmation's error. Other errors are classified as
-// classify says.
+// authorized, declined or requires_action PaymentIntent is the answer;
+// anything else returns the confirmation's error. Other errors are
+// classified as classify says.
 func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
 	h, err := c.authorize(ctx, req)
 	if req.Card != nil && err != nil {
@@ -74,6 +89,11 @@ func (c *Client) Authorize(ctx context.Context, req providers.AuthorizeRequest) 
 // holds for one key: the create and the confirmation carry keys derived
 // from it, so a retry finds the first PaymentIntent and replays (or is
 // refused) its confirmation, and a PaymentIntent holds money once at most.
+// Nor can it start two challenges for one key: return_url and
+// request_three_d_secure are parameters of those two requests, so a retry
+// sends them again unchanged and gets the stored requires_action answer
+// (the same PaymentIntent, the same challenge URL); a completed challenge
+// places the one PaymentIntent's one hold.
 func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) (providers.Hold, error) {
 	if err := checkWrite(opCreate, req.Key, keyConfirm, "", false); err != nil {
 		return providers.Hold{}, err
@@ -85,6 +105,10 @@ func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) 
 		return providers.Hold{}, rejected(opCreate, "no currency")
 	case req.PaymentMethod == "" && req.Card == nil:
 		return providers.Hold{}, rejected(opCreate, "no payment method")
+	case req.RequestThreeDS && req.ReturnURL == "":
+		// Stripe would ask for a challenge nobody can take and decline
+		// it (error_on_requires_action): refused before sending.
+		return providers.Hold{}, rejected(opCreate, "request_three_d_secure without a return_url")
 	}
 	p := intentParams(req)
 	p.SetIdempotencyKey(req.Key + keyCreate)
@@ -103,11 +127,13 @@ func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) 
 			}
 		}
 	}
-	return c.confirm(ctx, req.Key+keyConfirm, created, req.Card)
+	return c.confirm(ctx, req.Key+keyConfirm, created, req)
 }
 
 // intentParams are the parameters of the PaymentIntent's creation: the
-// payment method, unless a card is to be sent with the confirmation.
+// payment method, unless a card is to be sent with the confirmation, and
+// the card options asked for. They depend on req alone, so a retry under
+// the same key sends the same parameters and replays.
 func intentParams(req providers.AuthorizeRequest) *stripego.PaymentIntentParams {
 	p := &stripego.PaymentIntentParams{
 		Amount:             stripego.Int64(req.AmountMinor),
@@ -121,13 +147,8 @@ func intentParams(req providers.AuthorizeRequest) *stripego.PaymentIntentParams 
 	if req.Description != "" {
 		p.Description = stripego.String(req.Description)
 	}
-	if req.ExtendedAuthorization {
-		p.PaymentMethodOptions = &stripego.PaymentIntentPaymentMethodOptionsParams{
-			Card: &stripego.PaymentIntentPaymentMethodOptionsCardParams{
-				RequestExtendedAuthorization: stripego.String(string(
-					stripego.PaymentIntentPaymentMethodOptionsCardRequestExtendedAuthorizationIfAvailable)),
-			},
-		}
+	if card := cardOptions(req); card != nil {
+		p.PaymentMethodOptions = &stripego.PaymentIntentPaymentMethodOptionsParams{Card: card}
 	}
 	if req.PaymentID != "" {
 		p.AddMetadata(metaPaymentID, req.PaymentID)
@@ -138,13 +159,40 @@ func intentParams(req providers.AuthorizeRequest) *stripego.PaymentIntentParams 
 	return p
 }
 
-// confirm confirms a created PaymentIntent, with card when set, and
+// cardOptions are the creation's payment_method_options[card], nil when
+// none is asked for: request_extended_authorization=if_available, and
+// request_three_d_secure=any (authenticate even where Stripe would not on
+// its own, after an issuer's authentication_required decline).
+func cardOptions(req providers.AuthorizeRequest) *stripego.PaymentIntentPaymentMethodOptionsCardParams {
+	if !req.ExtendedAuthorization && !req.RequestThreeDS {
+		return nil
+	}
+	card := &stripego.PaymentIntentPaymentMethodOptionsCardParams{}
+	if req.ExtendedAuthorization {
+		card.RequestExtendedAuthorization = stripego.String(string(
+			stripego.PaymentIntentPaymentMethodOptionsCardRequestExtendedAuthorizationIfAvailable))
+	}
+	if req.RequestThreeDS {
+		card.RequestThreeDSecure = stripego.String(string(
+			stripego.PaymentIntentPaymentMethodOptionsCardRequestThreeDSecureAny))
+	}
+	return card
+}
+
+// confirm confirms a created PaymentIntent, with req.Card when set, and
 // settles a lost or refused answer with one retrieve (see Authorize).
-func (c *Client) confirm(ctx context.Context, key string, created *stripego.PaymentIntent, card *providers.Card) (providers.Hold, error) {
-	p := &stripego.PaymentIntentConfirmParams{
-		// Nobody is there to authenticate: fail instead of waiting in
-		// requires_action.
-		ErrorOnRequiresAction: stripego.Bool(true),
+func (c *Client) confirm(ctx context.Context, key string, created *stripego.PaymentIntent, req providers.AuthorizeRequest) (providers.Hold, error) {
+	card := req.Card
+	p := &stripego.PaymentIntentConfirmParams{}
+	if req.ReturnURL != "" {
+		// A cardholder is there to authenticate: Stripe answers
+		// requires_action with next_action.redirect_to_url, and sends the
+		// cardholder to return_url after the challenge.
+		p.ReturnURL = stripego.String(req.ReturnURL)
+	} else {
+		// Nobody is there to authenticate: fail (authentication_required)
+		// instead of waiting in requires_action.
+		p.ErrorOnRequiresAction = stripego.Bool(true)
 	}
 	if card != nil {
 		addCard(p, card)
@@ -155,7 +203,11 @@ func (c *Client) confirm(ctx context.Context, key string, created *stripego.Paym
 	p.Context = cl.ctx
 	pi, err := c.intents.Confirm(created.ID, p)
 	if err == nil {
-		return holdOf(pi), nil
+		h := holdOf(pi)
+		if h.Status == providers.StatusRequiresAction && replayed(pi.LastResponse) {
+			return c.current(ctx, h)
+		}
+		return h, nil
 	}
 	perr := cl.fail(err)
 	switch {
@@ -171,22 +223,62 @@ func (c *Client) confirm(ctx context.Context, key string, created *stripego.Paym
 }
 
 // settle answers a confirmation whose answer was lost or refused from the
-// PaymentIntent as it now is: authorized or declined is the answer,
-// anything else the confirmation's error perr. With charged set, only a
-// PaymentIntent confirmed with that card (chargedWith) is an answer.
+// PaymentIntent as it now is: authorized, declined or waiting for the
+// cardholder's authentication (requires_action: the challenge the first
+// confirmation started, not a new one) is the answer, anything else the
+// confirmation's error perr. With charged set, only a PaymentIntent
+// confirmed with that card (chargedWith) is an answer.
 func (c *Client) settle(ctx context.Context, ref string, perr *providers.Error, charged *providers.Card) (providers.Hold, error) {
-	pi, lerr := c.retrieve(ctx, ref)
+	var expand []string
+	if charged != nil {
+		// A PaymentIntent waiting for the cardholder has no charge yet:
+		// its payment method shows the card.
+		expand = append(expand, expandPaymentMethod)
+	}
+	pi, lerr := c.retrieve(ctx, ref, expand...)
 	if lerr != nil || (charged != nil && !chargedWith(pi, charged)) {
 		return providers.Hold{}, perr
+	}
+	switch h := holdOf(pi); h.Status {
+	case providers.StatusAuthorized, providers.StatusRequiresAction:
+		return h, nil
+	case providers.StatusDeclined:
+		return h, declinedError(h, perr)
+	}
+	return providers.Hold{}, perr
+}
+
+// replayed reports whether Stripe answered with the stored answer of an
+// earlier request with the same key.
+func replayed(r *stripego.APIResponse) bool {
+	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+// current answers a replayed requires_action confirmation from the
+// PaymentIntent as it now is. Stripe replays the answer it stored when the
+// challenge began, but the cardholder may have completed or failed it
+// since: authorized or declined is the answer. Anything else (still
+// waiting; canceled, which only the orchestrator's abandonment does to a
+// challenge; a failed read) keeps the replayed answer. It only reads.
+func (c *Client) current(ctx context.Context, waiting providers.Hold) (providers.Hold, error) {
+	pi, err := c.retrieve(ctx, waiting.Ref)
+	if err != nil {
+		return waiting, nil
 	}
 	switch h := holdOf(pi); h.Status {
 	case providers.StatusAuthorized:
 		return h, nil
 	case providers.StatusDeclined:
-		return h, &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
-			Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: perr}
+		return h, declinedError(h, nil)
 	}
-	return providers.Hold{}, perr
+	return waiting, nil
+}
+
+// declinedError is the error of declined hold h, found by a retrieve after
+// the confirmation's answer cause (nil: a replayed answer).
+func declinedError(h providers.Hold, cause error) *providers.Error {
+	return &providers.Error{Kind: providers.KindDeclined, Code: h.DeclineCode,
+		Message: fmt.Sprintf("stripe %s: PaymentIntent %s was declined (%s)", opConfirm, h.Ref, h.DeclineCode), Err: cause}
 }
 
 // declinedHold is the declined hold a decline answer describes.
@@ -256,13 +348,17 @@ func (c *Client) Lookup(ctx context.Context, ref string) (providers.Hold, error)
 	return holdOf(pi), nil
 }
 
-// retrieve reads the PaymentIntent ref with its latest charge.
-func (c *Client) retrieve(ctx context.Context, ref string) (*stripego.PaymentIntent, *providers.Error) {
+// retrieve reads the PaymentIntent ref with its latest charge, and the
+// fields of expand.
+func (c *Client) retrieve(ctx context.Context, ref string, expand ...string) (*stripego.PaymentIntent, *providers.Error) {
 	if ref == "" {
 		return nil, rejected(opLookup, "empty PaymentIntent reference")
 	}
 	p := &stripego.PaymentIntentParams{}
 	p.AddExpand(expandCharge)
+	for _, f := range expand {
+		p.AddExpand(f)
+	}
 	cl := newCall(ctx, opLookup)
 	p.Context = cl.ctx
 	pi, err := c.intents.Get(ref, p)
@@ -287,10 +383,32 @@ func holdOf(pi *stripego.PaymentIntent) providers.Hold {
 	if ch := pi.LatestCharge; ch != nil && ch.PaymentMethodDetails != nil && ch.PaymentMethodDetails.Card != nil {
 		h.CaptureBefore = unix(ch.PaymentMethodDetails.Card.CaptureBefore)
 	}
-	if h.Status == providers.StatusDeclined {
+	switch h.Status {
+	case providers.StatusDeclined:
 		h.DeclineCode = declineCode(pi.LastPaymentError)
+	case providers.StatusRequiresAction:
+		h.NextActionURL = nextActionURL(pi.NextAction)
 	}
 	return h
+}
+
+// nextActionURL is where the cardholder authenticates: the URL of a
+// redirect_to_url next action, which is what Stripe gives a confirmation
+// that carried a return_url. Any other next action is "" and the hold
+// still reads requires_action: no money is held and the PaymentIntent
+// lives on, so it is neither a decline (KindRejected would say nothing
+// could be completed, and leave a live intent behind unnoticed) nor an
+// unknown outcome (Stripe's answer is clear). Such actions cannot be
+// completed by a redirect: use_stripe_sdk (only for Stripe.js and the
+// mobile SDKs, which ask for it with use_stripe_sdk=true; the adapter never
+// does) and card_await_notification (the issuer notifies the cardholder
+// itself; the outcome arrives by webhook). The orchestrator waits for
+// that outcome or cancels the intent as an abandoned challenge.
+func nextActionURL(na *stripego.PaymentIntentNextAction) string {
+	if na == nil || na.Type != stripego.PaymentIntentNextActionTypeRedirectToURL || na.RedirectToURL == nil {
+		return ""
+	}
+	return na.RedirectToURL.URL
 }
 
 // statusOf maps a PaymentIntent's status:
@@ -299,9 +417,11 @@ func holdOf(pi *stripego.PaymentIntent) providers.Hold {
 //	succeeded                                      captured | partially_refunded | refunded
 //	canceled, cancellation_reason automatic        expired (the hold lapsed)
 //	canceled                                       canceled
-//	requires_payment_method after a failed attempt declined
+//	requires_payment_method after a failed attempt declined (a failed challenge:
+//	                                               authentication_failed, see declineCode)
+//	requires_action                                requires_action (the cardholder's challenge; nothing held)
 //	requires_payment_method, requires_confirmation,
-//	requires_action, processing                    requires_confirmation (nothing final held)
+//	processing                                     requires_confirmation (nothing final held)
 func statusOf(pi *stripego.PaymentIntent) providers.Status {
 	switch pi.Status {
 	case stripego.PaymentIntentStatusRequiresCapture:
@@ -324,6 +444,8 @@ func statusOf(pi *stripego.PaymentIntent) providers.Status {
 		if pi.LastPaymentError != nil {
 			return providers.StatusDeclined
 		}
+	case stripego.PaymentIntentStatusRequiresAction:
+		return providers.StatusRequiresAction
 	}
 	return providers.StatusRequiresConfirmation
 }

@@ -63,6 +63,24 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 			_, err := c.Authorize(ctx, req)
 			return err
 		}},
+		{"AuthorizeWithReturnURL", func() error {
+			req := authReq(1234)
+			req.ReturnURL = "https://shop.example/return?order=17"
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
+		{"AuthorizeRequestThreeDSExtended", func() error {
+			req := authReq(1234)
+			req.ReturnURL, req.RequestThreeDS, req.ExtendedAuthorization = "https://shop.example/return", true, true
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
+		{"AuthorizeCardWithReturnURL", func() error {
+			req := cardAuthReq(1234, "4000000000003220")
+			req.ReturnURL, req.RequestThreeDS = "https://shop.example/return", true
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
 		{"AuthorizeCard", func() error {
 			before := cards.checked.Load()
 			_, err := c.Authorize(ctx, cardAuthReq(1234, "4242424242424242"))

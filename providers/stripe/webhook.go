@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	stripego "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/payorch/payorch/providers"
@@ -32,6 +33,23 @@ type stripeObject struct {
 	CancellationReason string `json:"cancellation_reason"`
 	FailureReason      string `json:"failure_reason"`
 	Reason             string `json:"reason"`
+	// LastPaymentError is a PaymentIntent's last_payment_error: why its
+	// last attempt failed.
+	LastPaymentError *struct {
+		Code        string `json:"code"`
+		DeclineCode string `json:"decline_code"`
+	} `json:"last_payment_error"`
+}
+
+// failureCode is why a PaymentIntent's attempt failed, as holdOf stores a
+// decline (declineCode): authentication_failed for a failed challenge, else
+// the decline code or the error code.
+func (o stripeObject) failureCode() string {
+	if o.LastPaymentError == nil {
+		return declineCode(nil)
+	}
+	return declineCode(&stripego.Error{Code: stripego.ErrorCode(o.LastPaymentError.Code),
+		DeclineCode: stripego.DeclineCode(o.LastPaymentError.DeclineCode)})
 }
 
 // intentRef is the PaymentIntent an object belongs to: the object itself
@@ -56,7 +74,11 @@ func (o stripeObject) intentRef() string {
 // providers.WebhookTolerance measured on the wall clock: stripe-go reads
 // it itself, so now is not used) and normalizes its event:
 //
-//	payment_intent.amount_capturable_updated   authorized
+//	payment_intent.amount_capturable_updated   authorized (a hold placed, a challenge completed included)
+//	payment_intent.requires_action             requires_action (the cardholder's challenge awaits)
+//	payment_intent.payment_failed              authorization_failed, FailureCode authentication_failed
+//	                                           (payment_intent_authentication_failure), else the
+//	                                           last_payment_error's decline_code or code
 //	payment_intent.canceled                    hold_expired (cancellation_reason automatic), else hold_canceled
 //	charge.expired                             hold_expired
 //	payment_intent.succeeded, charge.captured  capture_succeeded
@@ -95,6 +117,10 @@ func (c *Client) ParseWebhook(header http.Header, body []byte, _ time.Time) (pro
 	switch string(ev.Type) {
 	case "payment_intent.amount_capturable_updated":
 		out.Kind, out.AmountMinor = providers.WebhookAuthorized, obj.Amount
+	case "payment_intent.requires_action":
+		out.Kind, out.AmountMinor = providers.WebhookRequiresAction, obj.Amount
+	case "payment_intent.payment_failed":
+		out.Kind, out.AmountMinor, out.FailureCode = providers.WebhookAuthorizationFailed, obj.Amount, obj.failureCode()
 	case "payment_intent.canceled":
 		out.Kind, out.Reason = providers.WebhookHoldCanceled, obj.CancellationReason
 		if obj.CancellationReason == "automatic" {

@@ -38,6 +38,25 @@ func TestParseWebhook(t *testing.T) {
 			typ, object string
 			want        providers.WebhookEvent
 		}{
+			{"payment_intent.requires_action", `{"id":"pi_1","object":"payment_intent","amount":1000,"currency":"eur","status":"requires_action",` +
+				`"next_action":{"type":"redirect_to_url","redirect_to_url":{"url":"https://hooks.stripe.com/3d_secure_2/hosted?payment_intent=pi_1","return_url":"https://shop.example/r"}}}`,
+				providers.WebhookEvent{Kind: providers.WebhookRequiresAction, HoldRef: "pi_1", ObjectID: "pi_1", Currency: "EUR", AmountMinor: 1000}},
+			{"payment_intent.amount_capturable_updated", `{"id":"pi_1","object":"payment_intent","amount":1000,"amount_capturable":1000,"currency":"eur","status":"requires_capture"}`,
+				providers.WebhookEvent{Kind: providers.WebhookAuthorized, HoldRef: "pi_1", ObjectID: "pi_1", Currency: "EUR", AmountMinor: 1000}},
+			{"payment_intent.payment_failed", `{"id":"pi_1","object":"payment_intent","amount":1000,"currency":"eur","status":"requires_payment_method",` +
+				`"last_payment_error":{"type":"invalid_request_error","code":"payment_intent_authentication_failure","message":"The provided PaymentMethod has failed authentication."}}`,
+				providers.WebhookEvent{Kind: providers.WebhookAuthorizationFailed, HoldRef: "pi_1", ObjectID: "pi_1", Currency: "EUR", AmountMinor: 1000,
+					FailureCode: providers.CodeAuthenticationFailed}},
+			{"payment_intent.payment_failed", `{"id":"pi_1","object":"payment_intent","amount":1000,"status":"requires_payment_method",` +
+				`"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds"}}`,
+				providers.WebhookEvent{Kind: providers.WebhookAuthorizationFailed, HoldRef: "pi_1", ObjectID: "pi_1", AmountMinor: 1000, FailureCode: "insufficient_funds"}},
+			{"payment_intent.payment_failed", `{"id":"pi_1","object":"payment_intent","amount":1000,"status":"requires_payment_method",` +
+				`"last_payment_error":{"type":"card_error","code":"authentication_required","decline_code":"authentication_required"}}`,
+				providers.WebhookEvent{Kind: providers.WebhookAuthorizationFailed, HoldRef: "pi_1", ObjectID: "pi_1", AmountMinor: 1000,
+					FailureCode: providers.CodeAuthenticationRequired}},
+			{"payment_intent.payment_failed", `{"id":"pi_1","object":"payment_intent","amount":1000,"status":"requires_payment_method",` +
+				`"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}}`,
+				providers.WebhookEvent{Kind: providers.WebhookAuthorizationFailed, HoldRef: "pi_1", ObjectID: "pi_1", AmountMinor: 1000, FailureCode: providers.CodeCardDeclined}},
 			{"payment_intent.canceled", `{"id":"pi_1","object":"payment_intent","amount":1000,"currency":"eur","cancellation_reason":"automatic"}`,
 				providers.WebhookEvent{Kind: providers.WebhookHoldExpired, HoldRef: "pi_1", ObjectID: "pi_1", Currency: "EUR", Reason: "automatic"}},
 			{"payment_intent.canceled", `{"id":"pi_1","object":"payment_intent","cancellation_reason":"requested_by_customer"}`,
