@@ -304,6 +304,16 @@ func TestEventsAreTheAPIObjects(t *testing.T) {
 	wantStatus(t, res, b, 200)
 	ev.check(t, merchant, "payment.disputed", p8.ID, nil)
 
+	// A 3-D Secure challenge, completed by the shopper and confirmed.
+	p9 := authorize(t, "p9", `{"amount_minor":900,"currency":"EUR","payment_method":"pm_card_threeDSecure2Required",`+
+		`"return_url":"https://shop.example/back"}`)
+	ev.check(t, merchant, "payment.requires_action", p9.ID, ev.get(t, merchant, payPath(p9.ID)))
+	if _, err := e.fake.Authenticate(ctx, *p9.ProviderRef, true); err != nil {
+		t.Fatal(err)
+	}
+	post(t, payPath(p9.ID)+"/confirm", merchant, "p9-c", `{}`, 200)
+	ev.check(t, merchant, "payment.authorized", p9.ID, ev.get(t, merchant, payPath(p9.ID)))
+
 	// An endpoint failing for 3 days is disabled.
 	failing := decode[webhookEndpoint](t, post(t, "/v1/webhook_endpoints", merchant, "ep-2",
 		`{"url":"http://127.0.0.1:9/hooks","event_types":["payment.captured"]}`, 201))

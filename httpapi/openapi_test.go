@@ -370,6 +370,28 @@ func TestOpenAPIContract(t *testing.T) {
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/extend", apiKey: merchant, idemKey: "c-ext-2"})
 		wantProblem(t, res, b, 409, "payment_state_conflict")
+
+		// A 3-D Secure challenge: confirmed while open (202), then after
+		// the shopper completed it (200, authorized).
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-3ds",
+			body: `{"amount_minor":900,"currency":"EUR","payment_method":"pm_card_threeDSecure2Required",` +
+				`"return_url":"https://shop.example/back"}`})
+		wantStatus(t, res, b, 201)
+		sca := decode[payment](t, b)
+		if sca.Status != "requires_action" || !strings.Contains(string(b), `"next_action":{"type":"redirect_to_url"`) {
+			t.Fatalf("3-D Secure authorize: %s", b)
+		}
+		confirm := "/v1/payments/" + sca.ID + "/confirm"
+		res, b = ct.do(t, call{method: "POST", path: confirm, apiKey: merchant, idemKey: "c-3ds-c0"})
+		wantStatus(t, res, b, 202)
+		if _, err := ct.fake.Authenticate(context.Background(), *sca.ProviderRef, true); err != nil {
+			t.Fatal(err)
+		}
+		res, b = ct.do(t, call{method: "POST", path: confirm, apiKey: merchant, idemKey: "c-3ds-c1", body: `{}`})
+		wantStatus(t, res, b, 200)
+		if decode[payment](t, b).Status != "authorized" || !strings.Contains(string(b), `"next_action":null`) {
+			t.Fatalf("confirm: %s", b)
+		}
 	})
 	if pay.ID == "" || other.ID == "" {
 		t.FailNow()
@@ -379,6 +401,9 @@ func TestOpenAPIContract(t *testing.T) {
 		// Well-formed for the document, refused by the server: no such currency.
 		res, b := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-zzz",
 			body: `{"amount_minor":100,"currency":"ZZZ"}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-ret",
+			body: `{"amount_minor":100,"currency":"EUR","return_url":"http://shop.example/back"}`})
 		wantProblem(t, res, b, 400, "validation_failed")
 		// Off the document, and refused by the server as well.
 		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-str",

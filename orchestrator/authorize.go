@@ -506,7 +506,10 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	if to == StatusRequiresAction {
 		// A challenge: the shopper has until then (authentication.go).
 		t := now.Add(s.actionTimeout)
-		settled.NextActionURL, settled.ActionExpiresAt = &hold.NextActionURL, &t
+		settled.ActionExpiresAt = &t
+		if hold.NextActionURL != "" {
+			settled.NextActionURL = &hold.NextActionURL
+		}
 	}
 	settled.normalize()
 	detail := map[string]any{}
@@ -563,8 +566,11 @@ func settledBy(hold providers.Hold, callErr error) (to Status, failure *string, 
 	switch kind := providers.KindOf(callErr); {
 	case callErr == nil && hold.Status == providers.StatusAuthorized:
 		return StatusAuthorized, nil, true
-	case callErr == nil && hold.Status == providers.StatusRequiresAction && hold.NextActionURL != "":
+	case callErr == nil && hold.Status == providers.StatusRequiresAction:
 		// A challenge: the request is answered with it (authentication.go).
+		// One with no page to send the shopper to (a Stripe next action
+		// other than a redirect) has no next_action: it ends by webhook
+		// or lookup, or is abandoned.
 		return StatusRequiresAction, nil, true
 	case callErr == nil && hold.Status == providers.StatusDeclined:
 		code := hold.DeclineCode

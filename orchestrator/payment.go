@@ -171,10 +171,14 @@ func (p *Payment) normalize() {
 		t := p.ActionExpiresAt.UTC()
 		p.ActionExpiresAt = &t
 	}
-	p.NextAction = nil
-	if p.Status == StatusRequiresAction && p.NextActionURL != nil {
-		p.NextAction = &NextAction{Type: NextActionRedirect, URL: *p.NextActionURL, ReturnURL: p.ReturnURL,
-			ExpiresAt: p.ActionExpiresAt}
+	// Read from a row, next_action is made of its columns; decoded from
+	// an event's object (which has no next_action_url), it is as decoded.
+	if p.NextActionURL != nil {
+		p.NextAction = nil
+		if p.Status == StatusRequiresAction {
+			p.NextAction = &NextAction{Type: NextActionRedirect, URL: *p.NextActionURL, ReturnURL: p.ReturnURL,
+				ExpiresAt: p.ActionExpiresAt}
+		}
 	}
 }
 

@@ -42,7 +42,7 @@ const abandonedRowsSQL = `
 
 // noMoney are the states of a provider object that hold no money.
 var noMoney = map[providers.Status]bool{
-	providers.StatusDeclined: true, providers.StatusRequiresConfirmation: true,
+	providers.StatusDeclined: true, providers.StatusRequiresConfirmation: true, providers.StatusRequiresAction: true,
 	providers.StatusCanceled: true, providers.StatusExpired: true,
 }
 
