@@ -242,7 +242,14 @@ func (s *Service) settleAction(ctx context.Context, p Payment, hold providers.Ho
 	if err != nil {
 		return p, false, internalf("settle authentication of %s: %w", p.ID, err)
 	}
-	s.tel.hold(ctx, "authentication_"+string(to))
+	ended := "challenge_authorized"
+	switch {
+	case failure != nil && *failure == FailureAuthenticationAbandoned:
+		ended = "challenge_abandoned"
+	case failure != nil:
+		ended = "challenge_failed"
+	}
+	s.tel.hold(ctx, ended)
 	s.afterVaultedAuthorization(ctx, out)
 	return out, true, nil
 }
