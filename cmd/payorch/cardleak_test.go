@@ -310,9 +310,10 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 		asJSONNumber = testCard{"number sent as a JSON number", "6011111111111117", ""}
 		badCVC       = testCard{"card with a bad CVC", "5105105105105100", "05821"}
 		inReusedBody = testCard{"number in a reused key's body", "4012888888881881", "019"}
+		challenged   = testCard{"card its issuer challenges", "4000000000003220", "034"}
 	)
 	var secrets []cardSecret
-	for _, c := range []testCard{approved, declined, insufficient, amex, withSpaces, quoted, quotedInCode, badLuhn, asJSONNumber, badCVC, inReusedBody} {
+	for _, c := range []testCard{approved, declined, insufficient, amex, withSpaces, quoted, quotedInCode, badLuhn, asJSONNumber, badCVC, inReusedBody, challenged} {
 		secrets = append(secrets, c.secrets()...)
 	}
 
@@ -323,6 +324,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 	}
 	logs, spans, answers, events, hooks := sink("serve log"), sink("exported spans"), sink("API answers"), sink("events API"), sink("webhook deliveries")
 	console, cardForm, metrics, dump, statements := sink("console pages"), sink("card form page"), sink("/metrics"), sink("database dump"), sink("pg_stat_statements")
+	challengePage := sink("3-D Secure challenge page")
 
 	collector := rawOTLPCollector(t, spans)
 	var quotes atomic.Int64
@@ -377,7 +379,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 		}
 		methods[c.name] = pm.ID
 	}
-	for _, c := range []testCard{approved, declined, insufficient, amex, quoted, quotedInCode} {
+	for _, c := range []testCard{approved, declined, insufficient, amex, quoted, quotedInCode, challenged} {
 		create(c, w.key, nil)
 	}
 	create(withSpaces, publishable, map[string]string{"Origin": shop})
@@ -422,6 +424,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 	}
 	st, b = lc.do("POST", "/v1/payments/"+payments[approved.name]+"/capture", w.key, leakMarker+"-cap", "", nil)
 	lc.want("capture", st, 200, b)
+	payments[challenged.name] = payThroughChallenge(t, lc, w.key, methods[challenged.name], challengePage)
 
 	// Read back what the API shows of them.
 	for name, id := range payments {
@@ -509,6 +512,7 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 	hooks.mustHold(t, `"last4":"`+last4+`"`, leakMarker+"-pay", payments[approved.name])
 	console.mustHold(t, payments[approved.name], last4)
 	cardForm.mustHold(t, publishable)
+	challengePage.mustHold(t, "Complete", challenged.number[12:])
 	metrics.mustHold(t, leakMarker+"-resource", "payorch_http_requests_total")
 	// The provider answered the quoting error, and
 	if quotes.Load() < 2 {
@@ -528,6 +532,43 @@ func TestNoCardDataLeaksAnywhere(t *testing.T) {
 		h.search(t, secrets)
 		t.Logf("searched %s: %d parts, %d bytes", h.name, len(h.parts), h.size())
 	}
+}
+
+// payThroughChallenge pays with vaulted method pm, whose issuer
+// challenges, keeps the provider's challenge page in page, completes the
+// challenge there as the shopper would (its form), confirms, and returns
+// the payment's id.
+func payThroughChallenge(t *testing.T, lc *leakClient, key, pm string, page *haystack) string {
+	t.Helper()
+	st, b := lc.do("POST", "/v1/payments", key, leakMarker+"-pay-3ds",
+		`{"amount_minor":1500,"currency":"EUR","payment_method":"`+pm+`","return_url":"https://shop.example/back"}`, nil)
+	var p struct {
+		ID         string
+		NextAction struct{ URL string } `json:"next_action"`
+	}
+	if st != 201 || json.Unmarshal(b, &p) != nil || p.NextAction.URL == "" {
+		t.Fatalf("pay with a challenged card: %d %s", st, b)
+	}
+	st, b = call(t, "GET", p.NextAction.URL, "", "", "")
+	lc.want("challenge page", st, 200, b)
+	page.add("GET challenge page", b)
+	u, err := url.Parse(p.NextAction.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := url.Values{"token": {u.Query().Get("token")}, "result": {"complete"}}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := client.PostForm(u.Scheme+"://"+u.Host+u.Path, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("complete the challenge: %d", res.StatusCode)
+	}
+	st, b = lc.do("POST", "/v1/payments/"+p.ID+"/confirm", key, leakMarker+"-confirm-3ds", "", nil)
+	lc.want("confirm", st, 200, b)
+	return p.ID
 }
 
 var consoleCSRF = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
