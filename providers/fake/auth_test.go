@@ -76,6 +76,7 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 		{"POST", "/_admin/report/drift", "application/json", `{"kind":"drop","ref":"` + h.Ref + `"}`},
 		{"DELETE", "/_admin/report/drift", "", ""},
 		{"POST", "/_admin/holds", "application/x-ndjson", `{"amount_minor":100,"currency":"EUR"}` + "\n"},
+		{"POST", "/_admin/holds/" + h.Ref + "/authenticate", "application/json", `{"result":"complete"}`},
 		{"GET", "/no/such/route", "", ""},
 	}
 	for _, auth := range []string{"", "Bearer", "Bearer wrong-token", "Bearer " + testToken + "x", "Basic " + testToken, testToken} {

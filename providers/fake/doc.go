@@ -13,9 +13,10 @@
 //
 //	POST   /v1/holds                  create a hold, nothing held (operation "create", not logged);
 //	                                  payment_method or card (see Cards)
-//	POST   /v1/holds/{ref}/confirm    authorize the created hold (operation "authorize")
+//	POST   /v1/holds/{ref}/confirm    authorize the created hold (operation "authorize"), or
+//	                                  challenge the cardholder (see 3-D Secure)
 //	POST   /v1/holds/{ref}/capture    capture, 0/omitted = all   (operation "capture")
-//	POST   /v1/holds/{ref}/cancel     void an authorized hold    (operation "cancel")
+//	POST   /v1/holds/{ref}/cancel     void an authorized hold, or end a challenge (operation "cancel")
 //	POST   /v1/holds/{ref}/refunds    refund, 0/omitted = rest   (operation "refund")
 //	GET    /v1/holds/{ref}            look a hold up             (operation "lookup")
 //	GET    /v1/report?from=&to=       JSON lines, [from, to)     (operation "report")
@@ -32,6 +33,10 @@
 //	POST   /_admin/webhooks/faults    arm a WebhookFault (drop, duplicate, delay, reorder)
 //	DELETE /_admin/webhooks/faults    disarm every webhook fault
 //	POST   /_admin/disputes           simulate a dispute of a captured hold (Dispute)
+//	POST   /_admin/holds/{ref}/authenticate  {"result":"complete"|"fail"}: what the challenge
+//	                                  page's buttons do, without the redirect
+//	GET    /3ds/{ref}?token=T         the challenge page (HTML, no bearer token: see 3-D Secure)
+//	POST   /3ds/{ref}                 its form: token=T&result=complete|fail, then 303 to return_url
 //
 // Every POST under /v1 requires an Idempotency-Key header (1 to 255
 // printable ASCII characters). Keys are scoped per endpoint (route pattern)
@@ -48,14 +53,19 @@
 //
 // # Authentication
 //
-// Every request, to every endpoint (the admin API and /healthz included),
-// carries "Authorization: Bearer <token>", the server's Config.Token: one
+// Every request, to every endpoint (the admin API and /healthz included)
+// but the challenge pages under /3ds/, carries "Authorization: Bearer
+// <token>", the server's Config.Token: one
 // given (`payorch fakeprovider --admin-token`, PAYORCH_FAKE_TOKEN) or, when
 // empty, a random one generated at start (Server.Token, Running.Token;
 // Running.Client sends it). The token is compared in constant time;
 // without it the answer is 401 unauthorized and nothing changes, so no
 // other local process, and no page in a browser, can arm faults, seed
-// rows or move holds.
+// rows or move holds. The challenge pages are opened by a shopper's
+// browser, which has no token: each is guarded by the unguessable token
+// of its own hold in its URL (256 bits, compared in constant time), can
+// only complete or fail that hold's challenge, and answers a wrong token
+// and an unknown hold with the same 404 page.
 //
 // Request bodies are JSON (Content-Type application/json), at most 64 KiB,
 // decoded strictly: unknown fields and trailing data are a 400.
@@ -74,17 +84,69 @@
 // # Webhooks
 //
 // With Config.WebhookURL (and Config.WebhookSecret) set, the server POSTs
-// an Event for every hold authorized (hold.authorized), captured
+// an Event for every hold authorized (hold.authorized), waiting for its
+// cardholder's authentication (hold.requires_action), failed after it
+// (hold.payment_failed, failure_code authentication_failed), captured
 // (hold.captured, or capture.failed when an executed capture was
 // refused), canceled (hold.canceled), lapsed (hold.expired, found every
 // Config.ExpiryCheck by Config.Clock), refunded (refund.succeeded, or
 // refund.failed) and disputed (dispute.created, POST /_admin/disputes).
 // Each is signed like Stripe's webhooks, in the Fake-Signature header:
 // "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>". Events
-// caused by a request carry its idempotency_key. They are sent from a
+// caused by a request carry its idempotency_key; those of a completed
+// challenge carry the key of the confirmation that started it. They are sent from a
 // queue by a goroutine of their own, never while an API request waits,
 // and a delivery that fails is tried again up to 5 times. Webhook faults
 // drop, duplicate, delay or reorder them.
+//
+// # 3-D Secure
+//
+// Stripe's test methods and numbers keep their meaning (the card numbers
+// work with any future expiry and CVC):
+//
+//	pm_card_threeDSecure2Required   4000000000003220  always challenged; without return_url
+//	                                                  declined authentication_required
+//	pm_card_threeDSecureOptional    4000000000003055  authorized at once (frictionless);
+//	                                                  challenged with request_three_d_secure
+//	pm_card_authenticationRequired  4000002760003184  declined authentication_required unless
+//	                                                  request_three_d_secure, then challenged
+//
+// Any other card is challenged only with request_three_d_secure (as
+// Stripe's request_three_d_secure=any does on a test card that supports
+// 3-D Secure); one that declines declines at once, before any challenge.
+// POST /v1/holds and the confirmation take "return_url" (an absolute
+// http(s) URL: the cardholder is there to authenticate and comes back to
+// it) and "request_three_d_secure" (true: challenge; needs a return_url);
+// the confirmation's, when given, replace the create's, and both are in
+// the fingerprint of their keys.
+//
+// A challenged confirmation answers 200 with the hold in status
+// requires_action, nothing held (no capture_before), and
+// "next_action": {"type": "redirect_to_url", "url", "return_url"}; the
+// url is the fake's challenge page, Config.PublicURL (else the scheme and
+// Host the confirmation came to) + /3ds/{ref}?token=<64 hex digits>. The
+// answer is stored under the key like any other, so a retry gets the
+// same challenge, never a second. The operation is logged with outcome
+// requires_action and hold.requires_action is sent.
+//
+// The page shows the amount, the description, the card's brand and last
+// four digits (or the payment method) and two buttons, Complete and Fail.
+// Either moves the hold once: to authorized, with capture_before a
+// HoldLifetime from then, or to declined authentication_failed; it logs
+// an "authenticate" operation and sends hold.authorized or
+// hold.payment_failed, both under the confirmation's key; then it answers
+// 303 See Other to return_url with payment_intent=<ref> and
+// redirect_status=succeeded|failed appended to its query. Another submit
+// changes nothing and redirects the same way; one after the hold was
+// canceled answers 410 with a page saying the challenge expired. The
+// pages are HTML under a Content-Security-Policy that loads nothing but
+// their own style, forbids framing, and sends no Referer (the URL holds
+// the token).
+//
+// Cancel ends a challenge nobody completed: requires_action to canceled,
+// nothing released (amount_minor 0), hold.canceled sent. Capture, extend
+// and refund of a hold waiting for its cardholder are state_conflict. The
+// report lists it with status requires_action.
 //
 // # Errors
 //

@@ -238,29 +238,9 @@ func (s *Server) restore(b []byte) error {
 		return fmt.Errorf("version %d, this build reads version %d", doc.Version, stateVersion)
 	}
 	for i, hs := range doc.Holds {
-		switch {
-		case hs.Ref == "":
-			return fmt.Errorf("hold %d has no ref", i+1)
-		case s.holds[hs.Ref] != nil:
-			return fmt.Errorf("hold %s is there twice", hs.Ref)
-		case hs.Status != providers.StatusRequiresConfirmation && !knownStatus(hs.Status):
-			return fmt.Errorf("hold %s has an unknown status %q", hs.Ref, hs.Status)
-		case hs.Status == providers.StatusRequiresAction && (hs.ChallengeToken == "" || hs.NextActionURL == ""):
-			return fmt.Errorf("hold %s waits for authentication without a challenge", hs.Ref)
-		}
-		meta := hs.Metadata
-		if meta == nil {
-			meta = map[string]string{}
-		}
-		h := &hold{
-			ref: hs.Ref, paymentMethod: hs.PaymentMethod, card: hs.Card, cardDecline: hs.CardDecline,
-			description: hs.Description, metadata: meta,
-			status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
-			currency: hs.Currency, declineCode: hs.DeclineCode,
-			created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
-			expiryNotified: hs.ExpiryNotified,
-			threeDS:        hs.ThreeDS, returnURL: hs.ReturnURL, requestThreeDS: hs.RequestThreeDS, confirmKey: hs.ConfirmKey,
-			challengeToken: hs.ChallengeToken, nextActionURL: hs.NextActionURL, authResult: hs.AuthResult,
+		h, err := s.restoreHold(i, hs)
+		if err != nil {
+			return err
 		}
 		s.holds[h.ref] = h
 		s.order = append(s.order, h)
@@ -305,4 +285,33 @@ func (s *Server) restore(b []byte) error {
 		s.drifts = doc.Drifts
 	}
 	return nil
+}
+
+// restoreHold checks the i-th stored hold against those restored before
+// it and rebuilds it.
+func (s *Server) restoreHold(i int, hs holdState) (*hold, error) {
+	switch {
+	case hs.Ref == "":
+		return nil, fmt.Errorf("hold %d has no ref", i+1)
+	case s.holds[hs.Ref] != nil:
+		return nil, fmt.Errorf("hold %s is there twice", hs.Ref)
+	case hs.Status != providers.StatusRequiresConfirmation && !knownStatus(hs.Status):
+		return nil, fmt.Errorf("hold %s has an unknown status %q", hs.Ref, hs.Status)
+	case hs.Status == providers.StatusRequiresAction && (hs.ChallengeToken == "" || hs.NextActionURL == ""):
+		return nil, fmt.Errorf("hold %s waits for authentication without a challenge", hs.Ref)
+	}
+	meta := hs.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return &hold{
+		ref: hs.Ref, paymentMethod: hs.PaymentMethod, card: hs.Card, cardDecline: hs.CardDecline,
+		description: hs.Description, metadata: meta,
+		status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
+		currency: hs.Currency, declineCode: hs.DeclineCode,
+		created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
+		expiryNotified: hs.ExpiryNotified,
+		threeDS:        hs.ThreeDS, returnURL: hs.ReturnURL, requestThreeDS: hs.RequestThreeDS, confirmKey: hs.ConfirmKey,
+		challengeToken: hs.ChallengeToken, nextActionURL: hs.NextActionURL, authResult: hs.AuthResult,
+	}, nil
 }

@@ -233,13 +233,14 @@ func TestStateFileThatIsNotAStateFailsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, content := range map[string][]byte{
-		"Truncated":    b[:len(b)/2],
-		"Empty":        {},
-		"NotJSON":      []byte("hello\n"),
-		"OtherVersion": bytes.Replace(b, []byte(`"version":1`), []byte(`"version":99`), 1),
-		"UnknownField": []byte(`{"version":1,"holds":[],"mystery":true}`),
-		"TrailingData": append(slices.Clone(b), b...),
-		"BadSeq":       bytes.Replace(b, []byte(`"seq":1`), []byte(`"seq":5`), 1),
+		"Truncated":             b[:len(b)/2],
+		"Empty":                 {},
+		"NotJSON":               []byte("hello\n"),
+		"OtherVersion":          bytes.Replace(b, []byte(`"version":1`), []byte(`"version":99`), 1),
+		"UnknownField":          []byte(`{"version":1,"holds":[],"mystery":true}`),
+		"TrailingData":          append(slices.Clone(b), b...),
+		"BadSeq":                bytes.Replace(b, []byte(`"seq":1`), []byte(`"seq":5`), 1),
+		"ChallengeWithoutAPage": bytes.Replace(b, []byte(`"status":"authorized"`), []byte(`"status":"requires_action"`), 1),
 	} {
 		path := filepath.Join(dir, name+".json")
 		if err := os.WriteFile(path, content, 0o600); err != nil {

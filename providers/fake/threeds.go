@@ -223,18 +223,26 @@ func (s *Server) handleAuthenticate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("result", "result must be %q or %q, got %q", resultComplete, resultFail, p.Result))
 		return
 	}
-	ref := r.PathValue("ref")
+	v, e := s.authenticate(r.PathValue("ref"), p.Result == resultComplete)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// authenticate completes or fails the challenge of hold ref and returns
+// the hold as it then is.
+func (s *Server) authenticate(ref string, complete bool) (holdJSON, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.holds[ref]
 	if h == nil {
-		writeError(w, notFound("hold", ref))
-		return
+		return holdJSON{}, notFound("hold", ref)
 	}
 	now := s.now()
-	if !s.completeChallengeLocked(now, h, p.Result == resultComplete) {
-		writeError(w, rejected(providers.CodeStateConflict, "only a hold waiting for authentication can be authenticated; this one is %s", h.view(now).Status))
-		return
+	if !s.completeChallengeLocked(now, h, complete) {
+		return holdJSON{}, rejected(providers.CodeStateConflict, "only a hold waiting for authentication can be authenticated; this one is %s", h.view(now).Status)
 	}
-	writeJSON(w, http.StatusOK, h.view(now))
+	return h.view(now), nil
 }
