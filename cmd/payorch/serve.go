@@ -378,6 +378,7 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	webhookURL := fs.String("webhook-url", "", "where to POST its webhooks, e.g. http://127.0.0.1:8080/webhooks/fake (default: none are sent)")
 	webhookSecret := fs.String("webhook-secret", cfg.FakeWebhookSecret,
 		"secret the webhooks are signed with (default PAYORCH_FAKE_WEBHOOK_SECRET; payorch verifies with the connector's _WEBHOOK_SECRET)")
+	publicURL := fs.String("public-url", "", "base URL shoppers' browsers reach it at, for 3-D Secure challenge pages (default: the address payorch calls it by)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -388,7 +389,7 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 		return usageError{"fakeprovider: --webhook-url needs PAYORCH_FAKE_WEBHOOK_SECRET (or --webhook-secret), the secret payorch verifies them with"}
 	}
 	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token,
-		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret})
+		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret, PublicURL: *publicURL})
 }
 
 // newWebhooks wires the webhook endpoints and their delivery worker on
