@@ -76,6 +76,59 @@ type HoldExtender interface {
 	ExtendHold(ctx context.Context, req ExtendRequest) (Hold, error)
 }
 
+// Incrementer is implemented by a provider that can raise an authorized
+// hold (incremental authorization): the hold must have been granted it
+// (Hold.Flex.IncrementalAuthorization).
+type Incrementer interface {
+	// IncrementAuthorization raises the authorized hold Ref to AmountMinor
+	// in all: the new total, as Stripe's amount, never the difference. Key
+	// is a forwarded idempotency key: the same key with the same amount
+	// replays the first answer and never raises twice. It returns the hold
+	// as it now is (AmountMinor the new total, CaptureBefore as the
+	// provider now reports it). A decline is an *Error of KindDeclined and
+	// leaves the hold as it was; KindRejected with CodeNotSupported when
+	// the hold was not granted increments, CodeAmountTooLarge past
+	// Flex.MaxAmountMinor, CodeStateConflict when it is not authorized.
+	IncrementAuthorization(ctx context.Context, req IncrementRequest) (Hold, error)
+}
+
+// IncrementRequest raises a hold to AmountMinor in all.
+type IncrementRequest struct {
+	Key         string
+	Ref         string
+	AmountMinor int64
+}
+
+// FlexibleHolds is implemented by a provider whose holds can be asked for
+// flexible-hold features: it says which it can ask for at all (routing
+// sends a payment that asks for one only to such connectors); each hold
+// says what its card was granted (Hold.Flex).
+type FlexibleHolds interface {
+	FlexibleHolds() FlexSupport
+}
+
+// FlexSupport is which flexible-hold features a provider can ask for.
+type FlexSupport struct {
+	IncrementalAuthorization, Multicapture, Overcapture bool
+}
+
+// Flex is what a provider granted one hold of the flexible-hold features
+// (Stripe reports it per card: payment_method_details.card.
+// incremental_authorization.status, multicapture.status,
+// overcapture.status and maximum_amount_capturable).
+type Flex struct {
+	IncrementalAuthorization bool
+	Multicapture             bool
+	Overcapture              bool
+	// MaxCapturableMinor is, with Overcapture, the most that may be
+	// captured in all (above AmountMinor); 0 otherwise.
+	MaxCapturableMinor int64
+	// MaxAmountMinor is, with IncrementalAuthorization, the most the hold
+	// may be raised to, when the provider states a limit; 0 when it states
+	// none (the provider may still decline an increment).
+	MaxAmountMinor int64
+}
+
 // ExtendRequest asks for a later deadline of a hold.
 type ExtendRequest struct {
 	Key string
@@ -133,6 +186,14 @@ type AuthorizeRequest struct {
 	// request_extended_authorization=if_available); the hold's
 	// CaptureBefore says what was granted.
 	ExtendedAuthorization bool
+	// RequestIncrementalAuthorization, RequestMulticapture and
+	// RequestOvercapture ask for a hold that can be raised, captured in
+	// parts, or captured above its amount, where the card allows it
+	// (Stripe: payment_method_options.card.request_*=if_available);
+	// Hold.Flex says what was granted.
+	RequestIncrementalAuthorization bool
+	RequestMulticapture             bool
+	RequestOvercapture              bool
 	// ReturnURL is where the provider sends the cardholder back after an
 	// authentication challenge. Empty: no cardholder is there to
 	// authenticate, and a payment whose issuer insists on authentication
@@ -154,8 +215,15 @@ type AuthorizeRequest struct {
 type CaptureRequest struct {
 	Key string
 	Ref string
-	// AmountMinor to capture; zero captures the whole hold.
+	// AmountMinor to capture; zero captures the whole hold (what remains
+	// of it). With overcapture granted it may exceed the hold, up to
+	// Flex.MaxCapturableMinor in all.
 	AmountMinor int64
+	// NotFinal, for a hold granted multicapture, leaves the rest of the
+	// hold capturable (Stripe: final_capture=false): the hold stays
+	// authorized, CapturedMinor the sum so far. Otherwise a capture is the
+	// last one and releases the rest.
+	NotFinal bool
 }
 
 // CancelRequest voids a hold.
@@ -189,7 +257,11 @@ type Hold struct {
 	// NextActionURL is set when Status is StatusRequiresAction: the page
 	// of the provider where the cardholder authenticates.
 	NextActionURL string
-	CreatedAt     time.Time
+	// Flex is what the hold was granted of the flexible-hold features.
+	// With multicapture, an authorized hold may already have
+	// CapturedMinor > 0 (its captures so far).
+	Flex      Flex
+	CreatedAt time.Time
 }
 
 // Refund is one refund of a captured hold.
@@ -217,7 +289,30 @@ type ReportRow struct {
 	Currency      string
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// Parts are the hold's increments and captures, in order, when the
+	// provider reports them one by one (nil when it reports only the
+	// totals above): reconciliation compares each with ours.
+	Parts []ReportPart
 }
+
+// ReportPart is one increment or capture of a hold in a provider's record.
+type ReportPart struct {
+	// Kind is PartIncrement or PartCapture.
+	Kind string
+	// AmountMinor is the new total of an increment, or the amount of a
+	// capture.
+	AmountMinor int64
+	// IdempotencyKey is the forwarded key of the request that made it,
+	// when the provider reports it ("" otherwise).
+	IdempotencyKey string
+	CreatedAt      time.Time
+}
+
+// The kinds of a ReportPart.
+const (
+	PartIncrement = "increment"
+	PartCapture   = "capture"
+)
 
 // ForwardedKey derives the idempotency key sent to a provider for one client
 // request: deterministic in (tenant, operation, client key), so a retry of
