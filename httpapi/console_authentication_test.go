@@ -97,6 +97,13 @@ func TestConsoleAuthenticationInBrowser(t *testing.T) {
 		ps[0].ID != older.ID || !more {
 		t.Fatalf("the first waiting payment: %+v more=%v %v, want %s and more", ps, more, err, older.ID)
 	}
+	// The rest are listed by the API, as the page says when it cuts the
+	// list: GET /v1/payments?status=requires_action, newest first.
+	res, body := e.do(t, "GET", "/v1/payments?status=requires_action", e.keys[orchestrator.RoleMerchant], nil, nil)
+	if got := decode[listOf[challenged]](t, body); res.StatusCode != 200 || len(got.Data) != 2 || got.Data[0].ID != newer.ID ||
+		got.Data[1].ID != older.ID {
+		t.Fatalf("GET /v1/payments?status=requires_action: %d %s", res.StatusCode, body)
+	}
 	all := []challenged{abandoned, completed, failed, older, newer}
 	// noSecret checks the page in the tab prints no challenge URL, nor any
 	// part of its token.
