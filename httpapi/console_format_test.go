@@ -3,6 +3,7 @@ package httpapi
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestFormatMinor(t *testing.T) {
@@ -25,6 +26,35 @@ func TestFormatMinor(t *testing.T) {
 	} {
 		if got := formatMinor(tc.minor, tc.currency); got != tc.want {
 			t.Errorf("formatMinor(%d, %s) = %q, want %q", tc.minor, tc.currency, got, tc.want)
+		}
+	}
+}
+
+func TestConsoleWaitingSpans(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, tc := range []struct {
+		expires *time.Time
+		want    string
+	}{
+		{nil, ""},
+		{at(-time.Second), "due now"},
+		{at(0), "due now"},
+		{at(time.Second), "in 1m"},
+		{at(26 * time.Minute), "in 26m"},
+		{at(26*time.Minute - time.Microsecond), "in 26m"},
+		{at(26*time.Minute + time.Second), "in 27m"},
+		{at(2*time.Hour + 5*time.Minute), "in 2h 05m"},
+	} {
+		if got := abandonIn(tc.expires, now); got != tc.want {
+			t.Errorf("abandonIn(%v) = %q, want %q", tc.expires, got, tc.want)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "<1m", 59 * time.Second: "<1m", 4*time.Minute + 59*time.Second: "4m",
+		time.Hour: "1h 00m", 25*time.Hour + 3*time.Minute: "25h 03m"} {
+		if got := formatSpan(d); got != want {
+			t.Errorf("formatSpan(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

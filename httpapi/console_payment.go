@@ -87,6 +87,8 @@ type paymentPage struct {
 	// Webhooks are the payment's outbox events, first first, each with
 	// its deliveries.
 	Webhooks []webhookEventRow
+	// Authentication is its 3-D Secure challenge; nil when it had none.
+	Authentication *authenticationView
 }
 
 // webhookEventRow is one outbox event of a payment and its deliveries to
@@ -130,7 +132,8 @@ func (s *Server) paymentWebhooks(ctx context.Context, viewer orchestrator.Scope,
 
 // consolePayment: GET /console/payments/{id}: amounts, state, provider
 // reference, capture deadline, routing, its attempts across connectors and
-// the full timeline, and its events' webhook deliveries. Another tenant's payment is a 404 to a merchant.
+// the full timeline, its 3-D Secure challenge step by step, and its events'
+// webhook deliveries. Another tenant's payment is a 404 to a merchant.
 func (s *Server) consolePayment(c echo.Context) error {
 	id := c.Param("id")
 	if !validID(id) {
@@ -154,8 +157,8 @@ func (s *Server) consolePayment(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID,
-		paymentPage{Payment: p, Attempts: attempts, Events: evs, Webhooks: webhooks})
+	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, paymentPage{Payment: p, Attempts: attempts,
+		Events: evs, Webhooks: webhooks, Authentication: newAuthenticationView(p, evs, s.now())})
 }
 
 // consoleHoldsWindow is how soon a hold must lapse for the console to
@@ -180,22 +183,39 @@ func expiresIn(p orchestrator.Payment) string {
 	return fmt.Sprintf("%dh %02dm", int(left.Hours()), int(left.Minutes())%60)
 }
 
-// holdsPage is the console's list of holds about to lapse.
+// holdsPage is the console's Holds page: the holds about to lapse and the
+// payments waiting for their shopper.
 type holdsPage struct {
 	Holds []orchestrator.Payment
 	// More says the list was cut at its limit.
 	More bool
+	// Waiting are the requires_action payments, oldest challenge first;
+	// MoreWaiting says the list was cut at maxConsoleWaiting.
+	Waiting     []waitingRow
+	MoreWaiting bool
 }
 
 // consoleHolds: GET /console/holds, the authorized payments whose hold
-// lapses within 24 h (GET /v1/payments?expiring_before=), soonest first.
+// lapses within 24 h (GET /v1/payments?expiring_before=), soonest first,
+// and the payments waiting for their shopper to complete a 3-D Secure
+// challenge (GET /v1/payments?status=requires_action), oldest first.
 func (s *Server) consoleHolds(c echo.Context) error {
 	sc := orchestrator.ScopeOf(consoleSessionOf(c).Principal)
+	ctx := c.Request().Context()
 	before := time.Now().Add(consoleHoldsWindow)
-	ps, more, err := s.svc.ListPayments(c.Request().Context(), sc, orchestrator.ListFilter{ExpiringBefore: &before, Limit: 100})
+	ps, more, err := s.svc.ListPayments(ctx, sc, orchestrator.ListFilter{ExpiringBefore: &before, Limit: 100})
 	if err != nil {
 		return s.consoleError(c, err)
 	}
 	slices.SortFunc(ps, func(a, b orchestrator.Payment) int { return a.CaptureBefore.Compare(*b.CaptureBefore) })
-	return s.render(c, http.StatusOK, "holds", "Expiring holds", holdsPage{Holds: ps, More: more})
+	waiting, moreWaiting, err := s.svc.WaitingPayments(ctx, sc, maxConsoleWaiting)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	page := holdsPage{Holds: ps, More: more, MoreWaiting: moreWaiting}
+	now := s.now()
+	for _, p := range waiting {
+		page.Waiting = append(page.Waiting, newWaitingRow(p, now))
+	}
+	return s.render(c, http.StatusOK, "holds", "Holds", page)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/payorch/payorch/internal/pgtest"
 	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/orchestrator/webhooks"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 	"github.com/payorch/payorch/reconcile"
@@ -50,7 +51,10 @@ func newInboundEnv(t *testing.T) *inboundEnv {
 	provs := map[string]providers.Provider{"fake": fc}
 	svc := orchestrator.NewService(orchestrator.Config{Pool: pool, Providers: provs, DefaultProvider: "fake",
 		ProviderTimeout: 500 * time.Millisecond})
-	srv := httpapi.New(httpapi.Config{Service: svc, Reconciler: reconcile.New(reconcile.Config{Pool: pool, Providers: provs})})
+	// Outbound webhooks too: the console's payment page lists deliveries.
+	hooks := webhooks.New(webhooks.Config{Pool: pool})
+	srv := httpapi.New(httpapi.Config{Service: svc, Webhooks: hooks,
+		Reconciler: reconcile.New(reconcile.Config{Pool: pool, Providers: provs})})
 	t.Cleanup(srv.Close)
 	hs.Config.Handler = srv.Handler()
 	hs.Start()
@@ -59,7 +63,7 @@ func newInboundEnv(t *testing.T) *inboundEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{fake: fc, srv: srv, url: base, svc: svc, pool: pool, keys: map[orchestrator.Role]string{orchestrator.RoleMerchant: key},
+	e := &env{fake: fc, srv: srv, url: base, svc: svc, hooks: hooks, pool: pool, keys: map[orchestrator.Role]string{orchestrator.RoleMerchant: key},
 		tenant: tenant.ID}
 	return &inboundEnv{env: e, clk: clk, running: fr, provs: provs}
 }

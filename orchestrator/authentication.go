@@ -154,6 +154,39 @@ func (s *Service) Confirm(ctx context.Context, _ *Claim, in OperationInput) (Out
 	return authorizeResult(p)
 }
 
+// waitingSQL reads the requires_action payments in scope, the longest
+// waiting first: a payment's updated_at is when it entered
+// requires_action, as nothing changes it while the challenge is open (the
+// sweeper's look stamps only hold_next_check_at). The partial index
+// payments_requires_action_idx holds exactly these rows, so the sort is of
+// the few waiting payments only.
+const waitingSQL = `
+	SELECT ` + paymentColumns + `
+	FROM payments
+	WHERE status = 'requires_action' AND ($1::bigint = 0 OR tenant_id = $1)
+	ORDER BY updated_at, id
+	LIMIT $2`
+
+// WaitingPayments returns up to limit payments waiting for their shopper
+// to complete a challenge (requires_action) in scope sc, oldest challenge
+// first, and whether more wait. GET /v1/payments?status=requires_action
+// lists them all, newest first. Errors: validation_failed (limit not 1 to
+// 100), internal.
+func (s *Service) WaitingPayments(ctx context.Context, sc Scope, limit int) ([]Payment, bool, error) {
+	if limit < 1 || limit > 100 {
+		return nil, false, ParamError("limit", "limit must be 1 to 100")
+	}
+	rows, _ := s.pool.Query(ctx, waitingSQL, sc.TenantID, limit+1)
+	ps, err := pgx.CollectRows(rows, scanPayment)
+	if err != nil {
+		return nil, false, internalf("list waiting payments: %w", err)
+	}
+	if len(ps) > limit {
+		return ps[:limit], true, nil
+	}
+	return ps, false, nil
+}
+
 // completeAction looks requires_action payment p up at its provider and
 // settles it by the answer (settleAction); by says who asked (webhook,
 // confirm, sweeper). A lookup moves no money: whoever calls it, as often
