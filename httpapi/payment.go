@@ -28,11 +28,22 @@ type createPaymentRequest struct {
 	// ReturnURL is where the shopper comes back after a 3-D Secure
 	// challenge; without it a payment that needs one fails.
 	ReturnURL string `json:"return_url"`
+	// The flexible-hold features to ask the connector for.
+	RequestIncrementalAuthorization strictBool `json:"request_incremental_authorization"`
+	RequestMulticapture             strictBool `json:"request_multicapture"`
+	RequestOvercapture              strictBool `json:"request_overcapture"`
 }
 
-// amountRequest is the body of capture and refund (and, empty, cancel).
+// amountRequest is the body of refund and increment.
 type amountRequest struct {
 	AmountMinor minorUnits `json:"amount_minor"`
+}
+
+// captureRequest is the body of capture: final_capture false leaves the
+// rest of a multicapture hold capturable.
+type captureRequest struct {
+	AmountMinor  minorUnits  `json:"amount_minor"`
+	FinalCapture *strictBool `json:"final_capture"`
 }
 
 // emptyRequest is the body of cancel: nothing, or {}.
@@ -53,7 +64,10 @@ func (s *Server) createPayment(c echo.Context) error {
 		TenantID: p.TenantID, Key: key, AmountMinor: req.AmountMinor.value, Currency: req.Currency,
 		Provider: req.Provider, PaymentMethod: req.PaymentMethod, Description: req.Description, Metadata: req.Metadata,
 		OnExpiry: orchestrator.OnExpiry(req.OnExpiry), ExtendedAuthorization: bool(req.RequestExtendedAuthorization),
-		ReturnURL: req.ReturnURL,
+		ReturnURL:                       req.ReturnURL,
+		RequestIncrementalAuthorization: bool(req.RequestIncrementalAuthorization),
+		RequestMulticapture:             bool(req.RequestMulticapture),
+		RequestOvercapture:              bool(req.RequestOvercapture),
 	}
 	if err := in.Validate(s.svc); err != nil {
 		return err
@@ -113,6 +127,12 @@ func (s *Server) extendPayment(c echo.Context) error {
 	return s.paymentOperation(c, orchestrator.OpExtend, (*orchestrator.Service).Extend)
 }
 
+// incrementPayment: POST /v1/payments/{id}/increment (merchant): raise
+// the hold to amount_minor in all.
+func (s *Server) incrementPayment(c echo.Context) error {
+	return s.paymentOperation(c, orchestrator.OpIncrement, (*orchestrator.Service).Increment)
+}
+
 // confirmPayment: POST /v1/payments/{id}/confirm (merchant): the
 // shopper is back from a 3-D Secure challenge.
 func (s *Server) confirmPayment(c echo.Context) error {
@@ -124,16 +144,23 @@ type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Cl
 // paymentOperation is the one handler shape of capture, cancel and refund.
 func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) error {
 	id := c.Param("id")
-	var req amountRequest
+	var req captureRequest
 	var dst any = &req
-	if op == orchestrator.OpCancel || op == orchestrator.OpExtend || op == orchestrator.OpConfirm {
+	switch op {
+	case orchestrator.OpCancel, orchestrator.OpExtend, orchestrator.OpConfirm:
 		dst = &emptyRequest{}
+	case orchestrator.OpRefund, orchestrator.OpIncrement:
+		dst = &amountRequest{}
 	}
 	key, fp, err := keyedRequest(c, op, map[string]string{"id": id}, dst)
 	if err != nil {
 		return err
 	}
+	if r, ok := dst.(*amountRequest); ok {
+		req.AmountMinor = r.AmountMinor
+	}
 	amount := req.AmountMinor
+	notFinal := req.FinalCapture != nil && !bool(*req.FinalCapture)
 	if amount.set && (amount.value <= 0 || amount.value > orchestrator.MaxAmountMinor) {
 		return orchestrator.ParamError("amount_minor", "amount_minor must be a whole number from 1 to %d (omit it for the whole amount)",
 			int64(orchestrator.MaxAmountMinor))
@@ -145,7 +172,7 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
 	return s.idempotent(c, op, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
 		out, err := do(s.svc, ctx, claim, orchestrator.OperationInput{
-			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value})
+			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value, NotFinal: notFinal})
 		return moneyResult(claim, id, out, err)
 	})
 }

@@ -252,6 +252,7 @@ func (s *Server) routes() {
 	v1.POST("/payments/:id/refunds", s.refundPayment, merchant)
 	v1.POST("/payments/:id/extend", s.extendPayment, merchant)
 	v1.POST("/payments/:id/confirm", s.confirmPayment, merchant)
+	v1.POST("/payments/:id/increment", s.incrementPayment, merchant)
 	v1.GET("/payments", s.listPayments, readers)
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)

@@ -106,6 +106,7 @@ var moneyAnswers = map[string]struct {
 	OpRefund:    {http.StatusCreated, false},
 	OpExtend:    {http.StatusOK, false},
 	OpConfirm:   {http.StatusOK, false},
+	OpIncrement: {http.StatusOK, false},
 }
 
 // Answer is the final answer of c's money request (c.Operation: one of

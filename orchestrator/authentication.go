@@ -230,6 +230,8 @@ func actionOutcome(hold providers.Hold) (to Status, failure *string, ok bool) {
 const settleActionSQL = `
 	WITH p AS (
 		UPDATE payments SET status = @status, capture_before = @capture_before, failure_code = @failure_code,
+			incremental_authorization = @incremental_authorization, multicapture = @multicapture,
+			overcapture = @overcapture, max_capturable_minor = @max_capturable_minor, max_amount_minor = @max_amount_minor,
 			hold_next_check_at = NULL, updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'requires_action' AND attempt = @attempt
 		RETURNING ` + paymentColumns + `
@@ -263,9 +265,16 @@ func (s *Service) settleAction(ctx context.Context, p Payment, hold providers.Ho
 	if failure != nil {
 		outcome, detail["failure_code"] = "declined", *failure
 	}
+	flex := p
+	if to == StatusAuthorized {
+		flex.grantFlex(hold.Flex)
+	}
 	rows, _ := s.pool.Query(ctx, settleActionSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
 		"attempt": p.Attempt, "status": to, "capture_before": captureBefore, "failure_code": failure,
-		"attempt_outcome": outcome, "detail": detail, "now": s.now()})
+		"attempt_outcome": outcome, "detail": detail, "now": s.now(),
+		"incremental_authorization": flex.IncrementalAuthorization, "multicapture": flex.Multicapture,
+		"overcapture": flex.Overcapture, "max_capturable_minor": flex.MaxCapturableMinor,
+		"max_amount_minor": flex.MaxAmountMinor})
 	out, err := pgx.CollectExactlyOneRow(rows, scanPayment)
 	if isNoRows(err) {
 		// Settled meanwhile by whoever came first.

@@ -35,6 +35,9 @@ type AuthorizeInput struct {
 	// authentication challenge; "" means no shopper is there, and a
 	// payment that needs authentication fails (authentication.go).
 	ReturnURL string
+	// RequestIncrementalAuthorization, RequestMulticapture and
+	// RequestOvercapture ask for a flexible hold (flexhold.go).
+	RequestIncrementalAuthorization, RequestMulticapture, RequestOvercapture bool
 }
 
 // The operations of the idempotency protocol: route templates, which scope
@@ -112,6 +115,9 @@ func (in *AuthorizeInput) Validate(s *Service) error {
 		if err := s.checkPaymentMethod(in.Provider, in.PaymentMethod); err != nil {
 			return err
 		}
+		if err := s.checkFlexSupport(in.Provider, *in); err != nil {
+			return err
+		}
 	} else if err := s.paymentMethodAccepted(in.PaymentMethod); err != nil {
 		return err
 	}
@@ -180,6 +186,9 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
 		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": card,
 		"return_url": nullIfEmpty(in.ReturnURL), "now": s.now(),
+		"incremental_authorization": flexRequested(in.RequestIncrementalAuthorization),
+		"multicapture":              flexRequested(in.RequestMulticapture),
+		"overcapture":               flexRequested(in.RequestOvercapture),
 	}))
 	p, err := pgx.CollectExactlyOneRow(rows, scanPaymentRow)
 	created := err == nil
@@ -236,10 +245,12 @@ const createPaymentSQL = `
 	WITH p AS (
 		INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 			currency, provider, payment_method, description, metadata, created_at, updated_at,
-			routing_version, route, attempt, on_expiry, extended_authorization, card, return_url)
+			routing_version, route, attempt, on_expiry, extended_authorization, card, return_url,
+			incremental_authorization, multicapture, overcapture)
 		SELECT @tenant_id, @payment_id, @key, @request_hash, @field_hashes, 'pending', @amount_minor,
 			@currency, @provider, @payment_method, @description, @metadata, @now, @now,
-			@routing_version, @route, 1, @on_expiry, @extended_authorization, @card, @return_url
+			@routing_version, @route, 1, @on_expiry, @extended_authorization, @card, @return_url,
+			@incremental_authorization, @multicapture, @overcapture
 		-- Only while the request's claim is there (its commit may not have
 		-- waited for its flush: claimOrReadSQL).
 		WHERE @claim_token::uuid IS NULL OR EXISTS (SELECT 1 FROM idempotency_keys k
@@ -367,7 +378,10 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 	req := providers.AuthorizeRequest{
 		Key: fwd, PaymentID: p.ID, TenantID: p.TenantID, AmountMinor: p.AmountMinor, Currency: p.Currency,
 		PaymentMethod: p.PaymentMethod, Description: p.Description, ExtendedAuthorization: p.ExtendedAuthorization,
-		RequestThreeDS: p.RequestThreeDS,
+		RequestThreeDS:                  p.RequestThreeDS,
+		RequestIncrementalAuthorization: asked(p.IncrementalAuthorization),
+		RequestMulticapture:             asked(p.Multicapture),
+		RequestOvercapture:              asked(p.Overcapture),
 		OnReference: func(ctx context.Context, ref string) error {
 			tag, err := s.pool.Exec(ctx, saveReferenceSQL, NamedArgs{
 				"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "provider_ref": ref})
@@ -419,6 +433,9 @@ const settleAuthorizeCTEs = `
 		UPDATE payments SET status = @status, provider_ref = coalesce(@provider_ref, provider_ref),
 			capture_before = @capture_before, failure_code = @failure_code,
 			next_action_url = coalesce(@next_action_url, next_action_url), action_expires_at = @action_expires_at,
+			incremental_authorization = coalesce(@incremental_authorization, incremental_authorization),
+			multicapture = coalesce(@multicapture, multicapture), overcapture = coalesce(@overcapture, overcapture),
+			max_capturable_minor = @max_capturable_minor, max_amount_minor = @max_amount_minor,
 			updated_at = @now
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING ` + paymentColumns + `
@@ -503,6 +520,9 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		t := hold.CaptureBefore.Truncate(time.Microsecond).UTC()
 		settled.CaptureBefore = &t
 	}
+	if to == StatusAuthorized {
+		settled.grantFlex(hold.Flex)
+	}
 	if to == StatusRequiresAction {
 		// A challenge: the shopper has until then (authentication.go).
 		t := now.Add(s.actionTimeout)
@@ -520,7 +540,10 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		"tenant_id": p.TenantID, "payment_id": p.ID, "attempt": p.Attempt, "status": to, "provider_ref": nullIfEmpty(hold.Ref),
 		"capture_before": settled.CaptureBefore, "failure_code": failure, "now": now, "detail": detail,
 		"next_action_url": nullIfEmpty(hold.NextActionURL), "action_expires_at": settled.ActionExpiresAt,
-		"attempt_outcome": attemptOutcome(hold, callErr),
+		"incremental_authorization": settled.IncrementalAuthorization, "multicapture": settled.Multicapture,
+		"overcapture": settled.Overcapture, "max_capturable_minor": settled.MaxCapturableMinor,
+		"max_amount_minor": settled.MaxAmountMinor,
+		"attempt_outcome":  attemptOutcome(hold, callErr),
 	}))
 	q := settleAuthorizeSQL
 	// A request's answer is decided from the settled payment as predicted,

@@ -21,18 +21,22 @@ const (
 	CodePaymentDeclined         Code = "payment_declined"
 	CodePaymentStateConflict    Code = "payment_state_conflict"
 	CodeAmountExceedsAuthorized Code = "amount_exceeds_authorized"
-	CodeNotSupported            Code = "not_supported"
-	CodeNotFound                Code = "not_found"
-	CodeConflict                Code = "conflict"
-	CodeMethodNotAllowed        Code = "method_not_allowed"
-	CodeUnauthorized            Code = "unauthorized"
-	CodeForbidden               Code = "forbidden"
-	CodeBodyTooLarge            Code = "body_too_large"
-	CodeUnsupportedMediaType    Code = "unsupported_media_type"
-	CodeProviderUnavailable     Code = "provider_unavailable"
-	CodeRateLimited             Code = "rate_limited"
-	CodeUnavailable             Code = "service_unavailable"
-	CodeInternal                Code = "internal"
+	// CodeAmountExceedsLimit: an increment above what the connector allows
+	// the hold to be raised to, or a capture above its overcapture maximum
+	// (flexhold.go).
+	CodeAmountExceedsLimit   Code = "amount_exceeds_limit"
+	CodeNotSupported         Code = "not_supported"
+	CodeNotFound             Code = "not_found"
+	CodeConflict             Code = "conflict"
+	CodeMethodNotAllowed     Code = "method_not_allowed"
+	CodeUnauthorized         Code = "unauthorized"
+	CodeForbidden            Code = "forbidden"
+	CodeBodyTooLarge         Code = "body_too_large"
+	CodeUnsupportedMediaType Code = "unsupported_media_type"
+	CodeProviderUnavailable  Code = "provider_unavailable"
+	CodeRateLimited          Code = "rate_limited"
+	CodeUnavailable          Code = "service_unavailable"
+	CodeInternal             Code = "internal"
 )
 
 // codeInfo is the one table of what each code says to a client: the HTTP
@@ -55,6 +59,7 @@ var codeInfo = map[Code]struct {
 	CodePaymentDeclined:         {http.StatusPaymentRequired, "Payment declined", true},
 	CodePaymentStateConflict:    {http.StatusConflict, "Payment state conflict", true},
 	CodeAmountExceedsAuthorized: {http.StatusUnprocessableEntity, "Amount exceeds authorized", true},
+	CodeAmountExceedsLimit:      {http.StatusUnprocessableEntity, "Amount exceeds limit", true},
 	CodeNotSupported:            {http.StatusUnprocessableEntity, "Not supported", true},
 	CodeNotFound:                {http.StatusNotFound, "Not found", false},
 	CodeConflict:                {http.StatusConflict, "Conflict", false},

@@ -302,14 +302,14 @@ func (s *Service) expireIfAuthorized(ctx context.Context, p Payment, providerSta
 		if err != nil || cur.Status != StatusAuthorized {
 			return err
 		}
-		const q = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
+		const q = `UPDATE payments SET status = ` + lapsedSQL + `, updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
 		now := s.now()
 		if _, err := tx.Exec(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
 			return err
 		}
 		changed = true
 		from := StatusAuthorized
-		return stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{
+		return stateEvent(ctx, tx, p.TenantID, p.ID, &from, lapsedState(cur), map[string]any{
 			"capture_before": cur.CaptureBefore, "provider_status": providerStatus, "found_by": by}, now)
 	})
 	if err != nil {

@@ -299,7 +299,7 @@ func (s *Service) applyToPayment(ctx context.Context, tx pgx.Tx, connector strin
 // paymentOperationsOfSQL reads a payment's operations of one kind.
 const paymentOperationsOfSQL = `
 	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-		provider_ref, failure_code, created_at, updated_at
+		provider_ref, failure_code, created_at, updated_at, final
 	FROM payment_operations
 	WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind = @kind
 	ORDER BY created_at, id`
@@ -346,11 +346,11 @@ func matchOperation(ops []operation, ev providers.WebhookEvent, kind opKind) *op
 // it. A settlement the state machine does not allow is recorded all the
 // same, loudly, as the resolver does: the provider moved the money.
 func (s *Service) settleFromWebhook(ctx context.Context, tx pgx.Tx, p Payment, op operation, refundRef string, now time.Time) (string, error) {
-	if to, _, _ := settledState(op.Kind, p, op.AmountMinor); !CanTransition(p.Status, to) {
+	if to, _, _ := settledState(op.Kind, p, op.AmountMinor, op.Final); to != p.Status && !CanTransition(p.Status, to) {
 		s.logger.ErrorContext(ctx, "provider webhook settled an operation against the state machine",
 			"payment_id", p.ID, "operation", op.ID, "from", p.Status, "to", to)
 	}
-	_, err := settleSucceededOn(ctx, tx, nil, p, op, refundRef, nil, now)
+	_, err := settleSucceededOn(ctx, tx, nil, p, op, opSettled{refundID: refundRef}, nil, now)
 	if isNoRows(err) {
 		return InboundIgnoredStale, nil
 	}
@@ -494,7 +494,7 @@ func recordExternalOperation(ctx context.Context, tx pgx.Tx, connector string, p
 		"amount_minor": amount, "provider_ref": ref, "now": now}); err != nil {
 		return err
 	}
-	to, captured, refunded := settledState(kind, p, amount)
+	to, captured, refunded := settledState(kind, p, amount, true)
 	if _, err := tx.Exec(ctx, updatePaymentStateSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID,
 		"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": now}); err != nil {
 		return err

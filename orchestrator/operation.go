@@ -17,6 +17,8 @@ const (
 	opCapture opKind = "capture"
 	opCancel  opKind = "cancel"
 	opRefund  opKind = "refund"
+	// opIncrement raises the hold to amount_minor in all (flexhold.go).
+	opIncrement opKind = "increment"
 )
 
 // operation is a capture, cancel or refund as stored: a row of
@@ -24,7 +26,7 @@ const (
 // an operation returns these columns:
 //
 //	tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-//	provider_ref, failure_code, created_at, updated_at
+//	provider_ref, failure_code, created_at, updated_at, final
 type operation struct {
 	TenantID     int64     `db:"tenant_id"`
 	ID           string    `db:"id"`
@@ -38,6 +40,9 @@ type operation struct {
 	FailureCode  *string   `db:"failure_code"`
 	CreatedAt    time.Time `db:"created_at"`
 	UpdatedAt    time.Time `db:"updated_at"`
+	// Final is false for a capture that leaves the rest of a multicapture
+	// hold capturable (final_capture false).
+	Final bool `db:"final"`
 }
 
 // object is op as the API shows it (Operation); currency is its
@@ -51,7 +56,7 @@ func (op operation) object(currency string) Operation {
 // selectOperationSQL reads one operation of a tenant.
 const selectOperationSQL = `
 	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-		provider_ref, failure_code, created_at, updated_at
+		provider_ref, failure_code, created_at, updated_at, final
 	FROM payment_operations
 	WHERE tenant_id = @tenant_id AND id = @operation_id`
 
@@ -60,9 +65,13 @@ type OperationInput struct {
 	TenantID  int64
 	PaymentID string
 	Key       string
-	// AmountMinor: capture or refund this much; 0 means all (the whole
-	// hold, or everything not yet refunded). Ignored by cancel.
+	// AmountMinor: capture or refund this much; 0 means all (what is left
+	// of the hold, or everything not yet refunded); an increment's new
+	// total. Ignored by cancel.
 	AmountMinor int64
+	// NotFinal: a capture of a multicapture hold that leaves the rest
+	// capturable (final_capture false).
+	NotFinal bool
 }
 
 var opMeta = map[opKind]struct {
@@ -72,6 +81,8 @@ var opMeta = map[opKind]struct {
 	opCapture: {OpCapture, "cap_", "capture", StatusCaptured},
 	opCancel:  {OpCancel, "cnl_", "cancel", StatusCanceled},
 	opRefund:  {OpRefund, "re_", "refund", StatusRefunded},
+	// An increment leaves the payment authorized.
+	opIncrement: {OpIncrement, "inc_", "increment", StatusAuthorized},
 }
 
 // Capture captures an authorized payment, all of it or part (the rest of
@@ -101,10 +112,13 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 		p  Payment
 		op operation
 	)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		p, op, err = s.recordOperation(ctx, tx, c, kind, in)
-		return err
+	start := s.now()
+	err := s.waitTurn(ctx, func() error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			p, op, err = s.recordOperation(ctx, tx, c, kind, in)
+			return err
+		})
 	})
 	var r refusal
 	switch {
@@ -116,6 +130,12 @@ func (s *Service) moveMoney(ctx context.Context, c *Claim, kind opKind, in Opera
 	switch op.Status {
 	case "succeeded", "failed":
 		return s.operationResult(ctx, op)
+	}
+	if op.Kind == opIncrement && op.CreatedAt.Before(start) {
+		// Resumed: an earlier execution may have raised the hold already.
+		if out, done, err := s.settleIncrementByLookup(ctx, c, p, op); done {
+			return out, err
+		}
 	}
 	return s.operationAtProvider(ctx, c, p, op)
 }
@@ -154,7 +174,7 @@ func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind
 		return p, *st.op, nil // resume
 	}
 
-	amount, expire, refused := s.admit(kind, p, in.AmountMinor, now)
+	amount, expire, refused := s.admit(kind, p, in, now)
 	if kind == opRefund && refused == nil {
 		amount, refused = refundAmount(p, st.reserved, amount)
 	}
@@ -164,9 +184,15 @@ func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind
 		}
 	}
 	if refused == nil && kind != opRefund && st.busy {
-		// Under the payment's row lock: one capture or cancel per hold.
-		// (The partial unique index is the backstop.)
+		// Under the payment's row lock: one final capture or cancel per
+		// hold. (The partial unique index is the backstop.)
 		refused = Errorf(CodePaymentStateConflict, "another capture or cancel of this payment is in flight or done")
+	}
+	if refused == nil && kind != opRefund && st.changing {
+		// One increment, capture or cancel at a time, each admitted against
+		// the hold as the one before left it: this one waits its turn
+		// (waitTurn). The partial unique index is the backstop.
+		refused = errChanging
 	}
 	if refused != nil {
 		return p, operation{}, refusal{refused}
@@ -174,6 +200,7 @@ func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind
 	rows, _ := tx.Query(ctx, recordOperationSQL, withClaim(c, NamedArgs{
 		"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
 		"forwarded_key": providers.ForwardedKey(in.TenantID, meta.route, in.Key), "amount_minor": amount, "now": now,
+		"final": !(kind == opCapture && in.NotFinal),
 		"recovery_point": kind.String() + "_recorded"}))
 	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 	return p, op, err
@@ -193,9 +220,11 @@ type operationRead struct {
 	// op is this key's operation, nil when there is none yet.
 	op *operation
 	// reserved is what the payment's refunds that did not fail add up to;
-	// busy says a capture or cancel that did not fail holds it.
+	// busy says a final capture or a cancel that did not fail holds it;
+	// changing that an increment, capture or cancel of it is pending.
 	reserved int64
 	busy     bool
+	changing bool
 	// claimLost: the request's claim is not there (claimHeldSQL).
 	claimLost bool
 }
@@ -226,7 +255,7 @@ func readForOperation(ctx context.Context, tx pgx.Tx, c *Claim, tenantID int64, 
 	if err == nil {
 		rows, _ = br.Query()
 		op, opErr = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
-		err = br.QueryRow().Scan(&r.reserved, &r.busy)
+		err = br.QueryRow().Scan(&r.reserved, &r.busy, &r.changing)
 	}
 	if err == nil && c != nil {
 		var held bool
@@ -249,15 +278,29 @@ func readForOperation(ctx context.Context, tx pgx.Tx, c *Claim, tenantID int64, 
 	return r, nil
 }
 
+// lapsedSQL is the state a hold that lapsed leaves an authorized payment
+// in: expired, or captured when parts of it were captured (multicapture:
+// what was captured stays, the rest is released).
+const lapsedSQL = `CASE WHEN captured_minor > 0 THEN 'captured' ELSE 'expired' END`
+
+// lapsedState is lapsedSQL for p.
+func lapsedState(p Payment) Status {
+	if p.CapturedMinor > 0 {
+		return StatusCaptured
+	}
+	return StatusExpired
+}
+
 // expireHold marks authorized payment p expired (its hold lapsed at
-// capture_before), in tx, with the state change in its history.
+// capture_before; captured when parts of it were), in tx, with the state
+// change in its history.
 func expireHold(ctx context.Context, tx pgx.Tx, p Payment, now time.Time) error {
-	const q = `UPDATE payments SET status = 'expired', updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
+	const q = `UPDATE payments SET status = ` + lapsedSQL + `, updated_at = @now WHERE tenant_id = @tenant_id AND id = @payment_id`
 	if _, err := tx.Exec(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}); err != nil {
 		return err
 	}
 	from := p.Status
-	return stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, map[string]any{"capture_before": p.CaptureBefore}, now)
+	return stateEvent(ctx, tx, p.TenantID, p.ID, &from, lapsedState(p), map[string]any{"capture_before": p.CaptureBefore}, now)
 }
 
 // lockPaymentSQL reads a payment of a tenant and locks its row until the
@@ -269,8 +312,9 @@ const lockPaymentSQL = `
 	FOR UPDATE`
 
 // paymentOperationsSQL sums up a payment's operations that did not fail:
-// the amount its refunds reserve, and whether a capture or cancel holds
-// it.
+// the amount its refunds reserve, whether a final capture or a cancel
+// ended its hold, and whether an increment, capture or cancel of it is
+// pending (the next one waits its turn).
 const paymentOperationsSQL = `
 	SELECT
 		(SELECT coalesce(sum(amount_minor), 0) FROM payment_operations
@@ -278,17 +322,20 @@ const paymentOperationsSQL = `
 			AS reserved_minor,
 		EXISTS (SELECT 1 FROM payment_operations
 		 WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind IN ('capture', 'cancel')
-			AND status <> 'failed') AS busy`
+			AND status <> 'failed' AND final) AS busy,
+		EXISTS (SELECT 1 FROM payment_operations
+		 WHERE tenant_id = @tenant_id AND payment_id = @payment_id AND kind IN ('increment', 'capture', 'cancel')
+			AND status = 'pending') AS changing`
 
 // recordOperationSQL inserts a pending operation and moves the key's
 // recovery point, in one statement.
 const recordOperationSQL = `
 	WITH o AS (
 		INSERT INTO payment_operations (tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, amount_minor,
-			created_at, updated_at)
-		VALUES (@tenant_id, @operation_id, @payment_id, @kind, @key, @forwarded_key, @amount_minor, @now, @now)
+			created_at, updated_at, final)
+		VALUES (@tenant_id, @operation_id, @payment_id, @kind, @key, @forwarded_key, @amount_minor, @now, @now, @final)
 		RETURNING tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-			provider_ref, failure_code, created_at, updated_at
+			provider_ref, failure_code, created_at, updated_at, final
 	), checkpoint AS (
 		UPDATE idempotency_keys k SET recovery_point = @recovery_point, payment_id = coalesce(k.payment_id, o.payment_id),
 			updated_at = @now
@@ -297,7 +344,7 @@ const recordOperationSQL = `
 			AND k.lock_token = @claim_token::uuid
 	)
 	SELECT tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-		provider_ref, failure_code, created_at, updated_at
+		provider_ref, failure_code, created_at, updated_at, final
 	FROM o`
 
 func (k opKind) String() string { return string(k) }
@@ -305,8 +352,12 @@ func (k opKind) String() string { return string(k) }
 // admit decides whether a new operation of kind may start on p, and its
 // amount. expire reports that the hold has lapsed and p must become
 // expired.
-func (s *Service) admit(kind opKind, p Payment, amount int64, now time.Time) (int64, bool, error) {
+func (s *Service) admit(kind opKind, p Payment, in OperationInput, now time.Time) (int64, bool, error) {
+	amount := in.AmountMinor
 	switch kind {
+	case opIncrement:
+		expire, err := admitIncrement(p, amount, now)
+		return amount, expire, err
 	case opCapture, opCancel:
 		if p.Status == StatusAuthorized && p.CaptureBefore != nil && !now.Before(*p.CaptureBefore) {
 			return 0, true, Errorf(CodePaymentStateConflict, "the hold expired at %s", p.CaptureBefore.Format(time.RFC3339))
@@ -315,16 +366,14 @@ func (s *Service) admit(kind opKind, p Payment, amount int64, now time.Time) (in
 			return 0, false, err
 		}
 		if kind == opCancel {
+			if p.CapturedMinor > 0 {
+				return 0, false, Errorf(CodePaymentStateConflict,
+					"the hold was partly captured: a final capture (final_capture true, the default) releases the rest")
+			}
 			return 0, false, nil
 		}
-		if amount == 0 {
-			amount = p.AmountMinor
-		}
-		if amount > p.AmountMinor {
-			return 0, false, &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor",
-				Message: "amount_minor exceeds the authorized amount"}
-		}
-		return amount, false, nil
+		amount, err := admitCapture(p, amount, in.NotFinal)
+		return amount, false, err
 	default: // refund
 		if p.Status != StatusCaptured && p.Status != StatusPartiallyRefunded {
 			return 0, false, Errorf(CodePaymentStateConflict, "cannot refund a payment that is %s", p.Status)
@@ -349,7 +398,16 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 		var err error
 		switch op.Kind {
 		case opCapture:
-			hold, err = prov.Capture(ctx, providers.CaptureRequest{Key: op.ForwardedKey, Ref: ref, AmountMinor: op.AmountMinor})
+			hold, err = prov.Capture(ctx, providers.CaptureRequest{Key: op.ForwardedKey, Ref: ref, AmountMinor: op.AmountMinor,
+				NotFinal: !op.Final})
+		case opIncrement:
+			inc, ok := prov.(providers.Incrementer)
+			if !ok {
+				return &providers.Error{Kind: providers.KindRejected, Code: providers.CodeNotSupported,
+					Message: "the connector cannot increment a hold"}
+			}
+			hold, err = inc.IncrementAuthorization(ctx, providers.IncrementRequest{Key: op.ForwardedKey, Ref: ref,
+				AmountMinor: op.AmountMinor})
 		case opCancel:
 			hold, err = prov.Cancel(ctx, providers.CancelRequest{Key: op.ForwardedKey, Ref: ref})
 		case opRefund:
@@ -359,8 +417,7 @@ func (s *Service) operationAtProvider(ctx context.Context, c *Claim, p Payment, 
 		}
 		return err
 	})
-	_ = hold
-	return s.settleOperation(ctx, c, p, op, refundID, err, &call)
+	return s.settleOperation(ctx, c, p, op, opSettled{refundID: refundID, hold: hold}, err, &call)
 }
 
 // settleOperationSQL records a succeeded operation in one statement: the
@@ -384,13 +441,17 @@ const settleOperationSQL = `
 		RETURNING id, amount_minor, status, provider_ref, updated_at
 	), p AS (
 		UPDATE payments p SET status = @to_status, captured_minor = @captured_minor, refunded_minor = @refunded_minor,
-			updated_at = @now
+			amount_minor = coalesce(@amount_to::bigint, p.amount_minor),
+			capture_before = coalesce(@capture_before_to::timestamptz, p.capture_before),
+			max_capturable_minor = coalesce(@max_capturable_to::bigint, p.max_capturable_minor), updated_at = @now
 		FROM o
 		WHERE p.tenant_id = @tenant_id AND p.id = @payment_id
 		RETURNING p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 			p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
 			p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.card,
-		p.return_url, p.next_action_url, p.action_expires_at, p.request_three_ds, p.request_hash, p.field_hashes
+		p.return_url, p.next_action_url, p.action_expires_at, p.request_three_ds,
+		p.incremental_authorization, p.multicapture, p.overcapture, p.max_capturable_minor, p.max_amount_minor,
+		p.request_hash, p.field_hashes
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			from_status, to_status, detail, created_at)
@@ -412,9 +473,19 @@ const settleOperationSQL = `
 	SELECT p.tenant_id, p.id, p.status, p.amount_minor, p.currency, p.captured_minor, p.refunded_minor,
 		p.provider, p.provider_ref, p.payment_method, p.idempotency_key, p.description, p.metadata, p.failure_code,
 		p.capture_before, p.created_at, p.updated_at, p.routing_version, p.route, p.attempt, p.on_expiry, p.extended_authorization, p.card,
-		p.return_url, p.next_action_url, p.action_expires_at, p.request_three_ds, p.request_hash, p.field_hashes,
+		p.return_url, p.next_action_url, p.action_expires_at, p.request_three_ds,
+		p.incremental_authorization, p.multicapture, p.overcapture, p.max_capturable_minor, p.max_amount_minor,
+		p.request_hash, p.field_hashes,
 		o.status AS operation_status, o.provider_ref AS operation_provider_ref, o.updated_at AS operation_updated_at
 	FROM p, o`
+
+// opSettled is what a provider's answer to an operation gave: the
+// refund's reference, and the hold as the provider answered it (an
+// increment's new total and deadline).
+type opSettled struct {
+	refundID string
+	hold     providers.Hold
+}
 
 // settledOperationRow is a row of settleOperationSQL: the payment as
 // written, and the operation's columns that settling it wrote (its others
@@ -430,10 +501,16 @@ type settledOperationRow struct {
 // of payment p: its next state and its captured and refunded amounts. A
 // capture captures amount (the rest of the hold is released), a cancel
 // voids the hold, a refund adds up to what was captured.
-func settledState(kind opKind, p Payment, amount int64) (to Status, captured, refunded int64) {
+func settledState(kind opKind, p Payment, amount int64, final bool) (to Status, captured, refunded int64) {
 	switch kind {
 	case opCapture:
-		return StatusCaptured, amount, p.RefundedMinor
+		if !final {
+			// A part of a multicapture hold: it stays authorized.
+			return StatusAuthorized, p.CapturedMinor + amount, p.RefundedMinor
+		}
+		return StatusCaptured, p.CapturedMinor + amount, p.RefundedMinor
+	case opIncrement:
+		return StatusAuthorized, p.CapturedMinor, p.RefundedMinor
 	case opCancel:
 		return StatusCanceled, p.CapturedMinor, p.RefundedMinor
 	}
@@ -447,11 +524,11 @@ func settledState(kind opKind, p Payment, amount int64) (to Status, captured, re
 // settleOperation records a provider's answer to a pending operation. call
 // is the provider call that gave it, still to be recorded in the payment's
 // history, or nil when it is recorded already.
-func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op operation, refundID string, callErr error, call *providerCall) (Outcome, error) {
+func (s *Service) settleOperation(ctx context.Context, c *Claim, p Payment, op operation, got opSettled, callErr error, call *providerCall) (Outcome, error) {
 	kind := providers.KindOf(callErr)
 	switch {
 	case callErr == nil:
-		return s.settleSucceeded(ctx, c, p, op, refundID, call)
+		return s.settleSucceeded(ctx, c, p, op, got, call)
 	case kind == providers.KindNotExecuted:
 		s.recordCall(ctx, p, call)
 		return Outcome{Payment: p}, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Second, Err: callErr,
@@ -492,15 +569,17 @@ func failOperation(ctx context.Context, tx pgx.Tx, p Payment, op operation, code
 	}
 	if code == providers.CodeHoldExpired {
 		const expire = `
-			UPDATE payments SET status = 'expired', updated_at = @now
-			WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'`
-		tag, err := tx.Exec(ctx, expire, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now})
-		if err != nil {
+			UPDATE payments SET status = ` + lapsedSQL + `, updated_at = @now
+			WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'authorized'
+			RETURNING status`
+		var to Status
+		err := tx.QueryRow(ctx, expire, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID, "now": now}).Scan(&to)
+		if err != nil && !isNoRows(err) {
 			return false, err
 		}
-		if tag.RowsAffected() == 1 {
+		if err == nil {
 			from := StatusAuthorized
-			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, StatusExpired, nil, now); err != nil {
+			if err := stateEvent(ctx, tx, p.TenantID, p.ID, &from, to, nil, now); err != nil {
 				return false, err
 			}
 		}
@@ -518,16 +597,16 @@ const settleTries = 10
 // decided from p and checked against the state machine before it is
 // written; when p is no longer the payment as stored, it is read again
 // and the state decided again.
-func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, refundID string, call *providerCall) (Outcome, error) {
+func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op operation, got opSettled, call *providerCall) (Outcome, error) {
 	for try := 1; ; try++ {
-		to, _, _ := settledState(op.Kind, p, op.AmountMinor)
-		if !CanTransition(p.Status, to) {
+		to, _, _ := settledState(op.Kind, p, op.AmountMinor, op.Final)
+		if to != p.Status && !CanTransition(p.Status, to) {
 			// The provider moved money we did not expect to be movable:
 			// record it as it is, loudly; reconciliation will flag it too.
 			s.logger.ErrorContext(ctx, "provider settled an operation against the state machine",
 				"payment_id", p.ID, "operation", op.ID, "from", p.Status, "to", to)
 		}
-		row, err := settleSucceededOn(ctx, s.pool, c, p, op, refundID, call, s.now())
+		row, err := settleSucceededOn(ctx, s.pool, c, p, op, got, call, s.now())
 		if err != nil && !isNoRows(err) {
 			s.callNotRecorded(ctx, p, call, err)
 			return Outcome{}, internalf("settle %s: %w", op.Kind, err)
@@ -564,13 +643,26 @@ func (s *Service) settleSucceeded(ctx context.Context, c *Claim, p Payment, op o
 // webhook, inbound.go), with the payment's next state decided from p
 // (settledState). pgx.ErrNoRows: the operation was settled meanwhile, or
 // the payment is no longer p.
-func settleSucceededOn(ctx context.Context, q querier, c *Claim, p Payment, op operation, refundID string, call *providerCall,
+func settleSucceededOn(ctx context.Context, q querier, c *Claim, p Payment, op operation, got opSettled, call *providerCall,
 	now time.Time) (settledOperationRow, error) {
-	to, captured, refunded := settledState(op.Kind, p, op.AmountMinor)
-	rows, _ := q.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, NamedArgs{
-		"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(refundID),
+	to, captured, refunded := settledState(op.Kind, p, op.AmountMinor, op.Final)
+	args := NamedArgs{
+		"tenant_id": op.TenantID, "operation_id": op.ID, "payment_id": p.ID, "refund_ref": nullIfEmpty(got.refundID),
 		"from_status": p.Status, "captured_from": p.CapturedMinor, "refunded_from": p.RefundedMinor,
-		"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": now})))
+		"to_status": to, "captured_minor": captured, "refunded_minor": refunded, "now": now,
+		"amount_to": nil, "capture_before_to": nil, "max_capturable_to": nil}
+	if op.Kind == opIncrement {
+		// The hold's new total, deadline and overcapture maximum as the
+		// provider reports them (an answer that lacks one keeps ours).
+		args["amount_to"] = max(op.AmountMinor, got.hold.AmountMinor)
+		if !got.hold.CaptureBefore.IsZero() {
+			args["capture_before_to"] = got.hold.CaptureBefore.UTC()
+		}
+		if granted(p.Overcapture) && got.hold.Flex.MaxCapturableMinor > 0 {
+			args["max_capturable_to"] = got.hold.Flex.MaxCapturableMinor
+		}
+	}
+	rows, _ := q.Query(ctx, settleOperationSQL, withCall(call, withClaim(c, args)))
 	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[settledOperationRow])
 }
 
@@ -606,6 +698,10 @@ func operationOutcome(op operation, p Payment) (Outcome, error) {
 		code := ""
 		if op.FailureCode != nil {
 			code = *op.FailureCode
+		}
+		switch {
+		case op.Kind == opIncrement:
+			return out, incrementRefusal(code)
 		}
 		switch code {
 		case providers.CodeAmountTooLarge:

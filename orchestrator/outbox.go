@@ -63,8 +63,8 @@ var EventTypes = func() []string {
 	for _, st := range Statuses {
 		out = append(out, "payment."+string(st))
 	}
-	out = append(out, "payment.attempt_started", EventHoldExpiring, EventHoldExtended)
-	for _, kind := range []string{"capture", "cancel", "refund"} {
+	out = append(out, "payment.attempt_started", EventHoldExpiring, EventHoldExtended, EventAmountIncreased)
+	for _, kind := range []string{"capture", "cancel", "refund", "increment"} {
 		out = append(out, kind+".succeeded", kind+".failed")
 	}
 	out = append(out, EventPaymentDisputed, EventEndpointDisabled)

@@ -123,6 +123,18 @@ type Payment struct {
 	// authenticate the cardholder (the retry after an
 	// authentication_required decline).
 	RequestThreeDS bool `json:"-" db:"request_three_ds"`
+	// IncrementalAuthorization, Multicapture and Overcapture say what the
+	// connector granted of what the authorization asked for (flexhold.go);
+	// nil when it did not ask.
+	IncrementalAuthorization *Grant `json:"incremental_authorization" db:"incremental_authorization"`
+	Multicapture             *Grant `json:"multicapture" db:"multicapture"`
+	Overcapture              *Grant `json:"overcapture" db:"overcapture"`
+	// MaxCapturableMinor is, with overcapture granted, the most that may
+	// be captured in all.
+	MaxCapturableMinor *int64 `json:"max_capturable_minor" db:"max_capturable_minor"`
+	// MaxAmountMinor is, with increments granted, the most the hold may
+	// be raised to, when the connector states it.
+	MaxAmountMinor *int64 `json:"-" db:"max_amount_minor"`
 }
 
 // paymentColumns are the columns every statement that returns a payment
@@ -132,7 +144,8 @@ type Payment struct {
 const paymentColumns = `tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 		provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 		capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-		card, return_url, next_action_url, action_expires_at, request_three_ds, request_hash, field_hashes`
+		card, return_url, next_action_url, action_expires_at, request_three_ds, incremental_authorization, multicapture,
+		overcapture, max_capturable_minor, max_amount_minor, request_hash, field_hashes`
 
 // paymentRow is a payments row as statements return it (paymentColumns):
 // the Payment and the fingerprint of the request that created it.

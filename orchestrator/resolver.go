@@ -97,7 +97,7 @@ const pickPendingOperationsSQL = `
 	) picked
 	WHERE t.tenant_id = picked.picked_tenant AND t.id = picked.picked_id
 	RETURNING tenant_id, id, payment_id, kind, idempotency_key, forwarded_key, status, amount_minor,
-		provider_ref, failure_code, created_at, updated_at`
+		provider_ref, failure_code, created_at, updated_at, final`
 
 func (s *Service) pickPendingPayments(ctx context.Context, olderThan time.Duration, limit int) ([]Payment, error) {
 	return pickPending(ctx, s, "payments", pickPendingPaymentsSQL, scanPayment, olderThan, limit)
@@ -170,6 +170,11 @@ func (s *Service) resolveOperation(ctx context.Context, op operation) (Outcome, 
 	p, err := s.readPayment(ctx, op.TenantID, op.PaymentID)
 	if err != nil {
 		return Outcome{}, internalf("resolve operation %s: %w", op.ID, err)
+	}
+	if op.Kind == opIncrement {
+		if out, done, err := s.settleIncrementByLookup(ctx, nil, p, op); done {
+			return out, err
+		}
 	}
 	return s.operationAtProvider(ctx, nil, p, op)
 }

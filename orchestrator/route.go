@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -22,10 +23,23 @@ func (s *Service) routeFor(ctx context.Context, in AuthorizeInput) (version *int
 		Currency: in.Currency, PaymentMethod: in.PaymentMethod, Metadata: in.Metadata})
 	// The rules were checked when stored; a connector disabled or removed
 	// from the configuration since is skipped, and so is one whose adapter
-	// does not take the payment's method.
+	// does not take the payment's method, or cannot ask for the flexible
+	// hold the payment asks for (failover follows the route: it keeps the
+	// rule).
 	route = slices.DeleteFunc(chosen, func(name string) bool {
 		return !s.connectorEnabled(name) || s.checkPaymentMethod(name, in.PaymentMethod) != nil
 	})
+	if len(route) > 0 {
+		var flexErr error
+		route = slices.DeleteFunc(route, func(name string) bool {
+			err := s.checkFlexSupport(name, in)
+			flexErr = cmp.Or(flexErr, err)
+			return err != nil
+		})
+		if len(route) == 0 {
+			return nil, nil, flexErr
+		}
+	}
 	if len(route) == 0 {
 		return nil, nil, &Error{Code: CodeProviderUnavailable, RetryAfter: time.Minute,
 			Message: "no enabled connector is routed for this payment; an admin must update the tenant's routing"}

@@ -54,10 +54,12 @@ WHERE tenant_id = (:tenant_id) AND operation = ('POST /v1/payments') AND key = (
 WITH p AS (
 	INSERT INTO payments (tenant_id, id, idempotency_key, request_hash, field_hashes, status, amount_minor,
 		currency, provider, payment_method, description, metadata, created_at, updated_at,
-		routing_version, route, attempt, on_expiry, extended_authorization, card, return_url)
+		routing_version, route, attempt, on_expiry, extended_authorization, card, return_url,
+		incremental_authorization, multicapture, overcapture)
 	SELECT (:tenant_id), ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), (('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)), ('\xdb9fea7465bfaa649337620b818c5906b131b12f4de6b6a971ec3b37a406d698'::bytea), ('{"currency": "87ef325635aa32dd785d818665ee8fe1", "amount_minor": "40510175845988f13f6162ed8526f0b0"}'::jsonb), 'pending', (1000),
 		('EUR'), ('fake'), ('pm_card_visa'), (''), ('{}'::jsonb), (now()), (now()),
-		(NULL::integer), (ARRAY['fake']), 1, ('none'), (false), (NULL::jsonb), (NULL::text)
+		(NULL::integer), (ARRAY['fake']), 1, ('none'), (false), (NULL::jsonb), (NULL::text),
+		(NULL::text), (NULL::text), (NULL::text)
 	-- Only while the request's claim is there (its commit may not have
 	-- waited for its flush: claimOrReadSQL).
 	WHERE (md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)::uuid)::uuid IS NULL OR EXISTS (SELECT 1 FROM idempotency_keys k
@@ -67,7 +69,8 @@ WITH p AS (
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-	card, return_url, next_action_url, action_expires_at, request_three_ds, request_hash, field_hashes
+	card, return_url, next_action_url, action_expires_at, request_three_ds, incremental_authorization, multicapture,
+	overcapture, max_capturable_minor, max_amount_minor, request_hash, field_hashes
 ), attempt AS (
 	INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
 	SELECT tenant_id, id, 1, provider, ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))), 1, (now()) FROM p
@@ -85,7 +88,8 @@ WITH p AS (
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-	card, return_url, next_action_url, action_expires_at, request_three_ds, request_hash, field_hashes
+	card, return_url, next_action_url, action_expires_at, request_three_ds, incremental_authorization, multicapture,
+	overcapture, max_capturable_minor, max_amount_minor, request_hash, field_hashes
 FROM p;
 
 -- (the provider creates the hold: HTTP, no SQL)
@@ -104,12 +108,16 @@ WITH p AS (
 	UPDATE payments SET status = ('authorized'), provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), provider_ref),
 		capture_before = (now() + interval '7 days'), failure_code = (NULL),
 		next_action_url = coalesce((NULL::text), next_action_url), action_expires_at = (NULL::timestamptz),
+		incremental_authorization = coalesce((NULL::text), incremental_authorization),
+		multicapture = coalesce((NULL::text), multicapture), overcapture = coalesce((NULL::text), overcapture),
+		max_capturable_minor = (NULL::bigint), max_amount_minor = (NULL::bigint),
 		updated_at = (now())
 	WHERE tenant_id = (:tenant_id) AND id = ('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text)) AND status = 'pending' AND attempt = (1)
 	RETURNING tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-	card, return_url, next_action_url, action_expires_at, request_three_ds, request_hash, field_hashes
+	card, return_url, next_action_url, action_expires_at, request_three_ds, incremental_authorization, multicapture,
+	overcapture, max_capturable_minor, max_amount_minor, request_hash, field_hashes
 ), attempt AS (
 	UPDATE payment_attempts a SET outcome = ('authorized'), code = (NULL),
 		provider_ref = coalesce(('fh_' || substr(md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text), 1, 24)), a.provider_ref),
@@ -139,6 +147,7 @@ WITH p AS (
 SELECT tenant_id, id, status, amount_minor, currency, captured_minor, refunded_minor,
 	provider, provider_ref, payment_method, idempotency_key, description, metadata, failure_code,
 	capture_before, created_at, updated_at, routing_version, route, attempt, on_expiry, extended_authorization,
-	card, return_url, next_action_url, action_expires_at, request_three_ds, request_hash, field_hashes,
+	card, return_url, next_action_url, action_expires_at, request_three_ds, incremental_authorization, multicapture,
+	overcapture, max_capturable_minor, max_amount_minor, request_hash, field_hashes,
 	EXISTS (SELECT 1 FROM complete) AS completed
 FROM p;
