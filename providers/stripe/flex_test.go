@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -392,4 +393,50 @@ func TestFlexReport(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("Report: %v, row found %v", err, found)
 	}
+}
+
+// TestIncrementAnswerLost: an increment executed whose answer never comes
+// is an unknown outcome, not resent; the retry under the same key replays
+// Stripe's stored answer and raises nothing more.
+func TestIncrementAnswerLost(t *testing.T) {
+	t.Parallel()
+	e := newEmulator(t)
+	c := e.client(t, 5*time.Second)
+	_, h := flexAuth(t, c, 5000, "pm_card_visa")
+	key := fwdKey("increment")
+	e.arm(&emuFault{kind: faultHangAfterExecute, key: key})
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.IncrementAuthorization(ctx, providers.IncrementRequest{Key: key, Ref: h.Ref, AmountMinor: 7000})
+	if providers.KindOf(err) != providers.KindUnknown {
+		t.Fatalf("lost answer: %v (kind %s), want KindUnknown", err, providers.KindOf(err))
+	}
+	if n := len(e.recorded(key)); n != 1 {
+		t.Errorf("the increment was sent %d times, want once", n)
+	}
+	got, err := c.IncrementAuthorization(t.Context(), providers.IncrementRequest{Key: key, Ref: h.Ref, AmountMinor: 7000})
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	wantHold(t, c, got, providers.StatusAuthorized, 7000, 0, 0)
+	if n := e.executions(key); n != 1 {
+		t.Errorf("the increment executed %d times, want 1", n)
+	}
+}
+
+// TestIncrementAttemptsUsedUp: Stripe's 10 attempts per PaymentIntent,
+// declines included; the eleventh is refused invalid_request, the hold
+// unchanged.
+func TestIncrementAttemptsUsedUp(t *testing.T) {
+	t.Parallel()
+	e := newEmulator(t)
+	c := e.client(t, 5*time.Second)
+	_, h := flexAuth(t, c, 1000, "pm_card_visa")
+	for i := range 10 {
+		_, err := c.IncrementAuthorization(t.Context(), providers.IncrementRequest{Key: fwdKey("increment"), Ref: h.Ref, AmountMinor: 5000 + int64(i)})
+		wantKind(t, err, providers.KindDeclined, "insufficient_funds")
+	}
+	_, err := c.IncrementAuthorization(t.Context(), providers.IncrementRequest{Key: fwdKey("increment"), Ref: h.Ref, AmountMinor: 2000})
+	wantKind(t, err, providers.KindRejected, providers.CodeInvalidRequest)
+	wantHold(t, c, h, providers.StatusAuthorized, 1000, 0, 0)
 }
