@@ -501,7 +501,9 @@ func capturedStatus(pi *stripego.PaymentIntent) providers.Status {
 // of the hold too: the uncaptured rest of a partial capture (its balance
 // transaction is a partial_capture_reversal) and all of a canceled or
 // lapsed hold. Only a captured charge has customer refunds, and they are
-// amount_refunded less the released rest. Nothing is released while a
+// amount_refunded less the released rest: the PaymentIntent's amount (the
+// authorized total, increments included, which Stripe documents on the
+// PaymentIntent) less what was captured. Nothing is released while a
 // multicapture hold is still requires_capture, nor after an overcapture
 // (captured above the amount).
 func refundedOf(pi *stripego.PaymentIntent) int64 {
@@ -511,7 +513,7 @@ func refundedOf(pi *stripego.PaymentIntent) int64 {
 	}
 	var released int64
 	if pi.Status != stripego.PaymentIntentStatusRequiresCapture {
-		released = max(ch.Amount-ch.AmountCaptured, 0)
+		released = max(pi.Amount-ch.AmountCaptured, 0)
 	}
 	return min(max(ch.AmountRefunded-released, 0), ch.AmountCaptured)
 }
