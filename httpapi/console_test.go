@@ -9,7 +9,6 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,50 +18,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/payorch/payorch/httpapi"
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers/fake"
 )
-
-// chromiumPath finds Debian's chromium; without it the browser tests fail
-// (they never skip): .ci/run installs it.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	t.Fatal("chromium is not installed: run .ci/run (it installs Debian's chromium package) or apt-get install -y chromium")
-	return ""
-}
-
-// browser starts a fresh headless chromium for t: its own profile in a
-// temporary folder, no background traffic, and extra options.
-func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.Headless,
-		chromedp.NoSandbox, // the tests run as root
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900),
-	)
-	opts = append(opts, extra...)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
-	// The first run starts the browser; it must not carry a timeout.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx
-}
 
 // tab drives one browser tab and writes screenshots to dir: the test's temp
 // dir, or PAYORCH_CONSOLE_SCREENSHOTS to keep them after the test.
@@ -79,7 +38,7 @@ func newTab(t *testing.T, extra ...chromedp.ExecAllocatorOption) tab {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return tab{ctx: browser(t, extra...), dir: dir}
+	return tab{ctx: testkit.Browser(t, extra...), dir: dir}
 }
 
 const stepTimeout = 20 * time.Second

@@ -4,13 +4,12 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/payorch/payorch/internal/testkit"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
 )
@@ -28,7 +27,7 @@ func TestChallengeInBrowser(t *testing.T) {
 	_, c := start(t, fake.Config{})
 	h := challenge(t, c, threeDSReq(t, fake.TestCardThreeDSRequired, shop.URL+"/return?order=42", false))
 
-	ctx := chromium(t)
+	ctx := testkit.Browser(t)
 	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -60,35 +59,4 @@ func TestChallengeInBrowser(t *testing.T) {
 	if got, err := c.Lookup(t.Context(), h.Ref); err != nil || got.Status != providers.StatusAuthorized {
 		t.Fatalf("Lookup: %+v, %v; want authorized", got, err)
 	}
-}
-
-// chromium starts a headless Chromium of its own for t.
-func chromium(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		path = "/usr/bin/chromium"
-		if _, err := os.Stat(path); err != nil {
-			t.Fatal("chromium is not installed: run .ci/run (it installs Debian's chromium package) or apt-get install -y chromium")
-		}
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.Headless,
-		chromedp.NoSandbox, // the tests run as root
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
-	// The first run starts the browser; it must not carry a timeout.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx
 }

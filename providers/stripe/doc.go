@@ -70,6 +70,49 @@
 // authentication_failed or the decline code); enable them on the
 // account's webhook endpoint.
 //
+// # Flexible holds
+//
+// Incremental authorization, multicapture and overcapture are asked for at
+// creation, each only when the AuthorizeRequest asks, as
+// payment_method_options[card][request_incremental_authorization|
+// request_multicapture|request_overcapture]=if_available (parameters of the
+// keyed creation, so a retry replays). Stripe grants them per card
+// (network, merchant category, country) and reports it on the charge;
+// FlexibleHolds says all three can be asked for. The mapping:
+//
+//	charge payment_method_details.card.incremental_authorization.status available   Flex.IncrementalAuthorization
+//	charge payment_method_details.card.multicapture.status available                Flex.Multicapture
+//	charge payment_method_details.card.overcapture.status available                 Flex.Overcapture,
+//	  and overcapture.maximum_amount_capturable                                     Flex.MaxCapturableMinor (the most in all)
+//	(Stripe states no increment limit)                                              Flex.MaxAmountMinor 0
+//	IncrementAuthorization                 POST /v1/payment_intents/{id}/increment_authorization amount=<new total>
+//	402 card_error on an increment         KindDeclined, decline code; the hold unchanged
+//	CaptureRequest.NotFinal                final_capture=false: requires_capture stays, amount_received the
+//	                                       sum so far (authorized, CapturedMinor > 0)
+//	capture above the amount               amount_to_capture passed as it is (overcapture)
+//	canceled after captures                captured (the rest released); the captures stand
+//
+// Refusals of an increment or a capture are told from the PaymentIntent,
+// read once after Stripe refused (it executed nothing), since Stripe does
+// not document their codes: not_supported (increment without the grant,
+// final_capture=false without multicapture), amount_too_large (more than
+// is capturable, overcapture's maximum included), state_conflict or
+// hold_expired (no longer requires_capture), invalid_request (an increment
+// not above the current amount; Stripe's 10 increment attempts per
+// PaymentIntent, declines included, used up). Each increment and capture
+// carries its forwarded key, so a retry replays and never raises or
+// captures twice. Stripe keeps no list of a hold's increments or parts on
+// the PaymentIntent or the charge, so report rows carry totals only
+// (ReportRow.Parts nil).
+//
+// Stripe offers the three to accounts on IC+ pricing; an account on
+// standard (blended) pricing asks Stripe support for them first, and until
+// then its holds are not granted them. Stripe's pages also say
+// incremental authorization is not offered where Strong Customer
+// Authentication applies to both the business and the cardholder, and
+// that the card networks restrict each feature by merchant category (and
+// overcapture to a percentage of the authorized amount).
+//
 // # Daily report
 //
 // Report lists the PaymentIntents created in the day, the PaymentIntents

@@ -96,6 +96,7 @@ func (e *emulator) completeChallenge(id string) {
 	ch := &emuCharge{id: e.newID("ch"), intent: pi.id, currency: pi.currency, amount: pi.amount, created: now(),
 		card: pi.card, status: "succeeded"}
 	ch.captureBefore = time.Unix(ch.created, 0).Add(holdLife).Unix()
+	ch.flex = grantFlex(pi)
 	e.charges[ch.id] = ch
 	pi.charge, pi.status, pi.capturable = ch.id, "requires_capture", pi.amount
 	e.event("payment_intent.amount_capturable_updated", pi, "")

@@ -29,6 +29,8 @@ type emuIntent struct {
 	// confirmation's return_url, shown in next_action while status is
 	// requires_action.
 	threeDS, returnURL string
+	// flex is what the creation asked for of the flexible-hold features.
+	flex emuFlexAsked
 }
 
 // emuCard is what the emulator keeps of a card it was sent: what Stripe
@@ -48,6 +50,9 @@ type emuCharge struct {
 	amount, captured, refunded                int64
 	isCaptured                                bool
 	created, captureBefore                    int64
+	// flex is what the card was granted (emuFlex), nil when nothing was
+	// asked for.
+	flex *emuFlex
 }
 
 type emuRefund struct {
@@ -78,6 +83,8 @@ const holdLife = 7 * 24 * time.Hour
 // Stripe's test payment methods the emulator knows, and their declines.
 var emuDeclines = map[string]string{
 	"pm_card_visa":                            "",
+	"pm_card_mastercard":                      "",
+	"pm_card_amex":                            "",
 	"pm_card_chargeDeclined":                  "generic_decline",
 	"pm_card_chargeDeclinedInsufficientFunds": "insufficient_funds",
 	"pm_card_threeDSecure2Required":           "",
@@ -108,6 +115,7 @@ func (e *emulator) createIntent(_ *http.Request, f url.Values) answer {
 		id: e.newID("pi"), amount: amount, currency: f.Get("currency"), description: f.Get("description"),
 		paymentMethod: pm, metadata: map[string]string{}, status: status, created: now(),
 		threeDS: f.Get("payment_method_options[card][request_three_d_secure]"),
+		flex:    flexAsked(f),
 	}
 	for k, v := range f {
 		if name, ok := strings.CutPrefix(k, "metadata["); ok {
@@ -181,6 +189,7 @@ func (e *emulator) confirmIntent(r *http.Request, f url.Values) answer {
 		return withIntent(a, e.intentJSON(pi, false))
 	}
 	ch.status, ch.captureBefore = "succeeded", time.Unix(ch.created, 0).Add(holdLife).Unix()
+	ch.flex = grantFlex(pi)
 	pi.status, pi.capturable = "requires_capture", pi.amount
 	return answer{status: http.StatusOK, body: e.intentJSON(pi, expands(f, "latest_charge"))}
 }
@@ -237,30 +246,61 @@ func (e *emulator) captureIntent(r *http.Request, f url.Values) answer {
 	if pi.status != "requires_capture" {
 		return e.unexpectedState(pi, "capture")
 	}
-	amount := pi.capturable
+	ch := e.charges[pi.charge]
+	final := f.Get("final_capture") != "false"
+	if !final && !ch.flex.granted(emuMulticapture) {
+		// Stripe's wording and code are the emulator's guess: the adapter
+		// tells the refusal from the PaymentIntent (refineRefusal).
+		return stripeError(http.StatusBadRequest, "invalid_request_error", "",
+			"final_capture=false can only be used when multicapture is available for this PaymentIntent.", "final_capture")
+	}
+	amount, limit := pi.capturable, pi.capturable
+	if final && pi.received == 0 && ch.flex.granted(emuOvercapture) {
+		limit = ch.flex.overMax
+	}
 	if s := f.Get("amount_to_capture"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 {
 			return invalidParam("amount_to_capture")
 		}
-		if n > pi.capturable {
+		if n > limit {
 			return stripeError(http.StatusBadRequest, "invalid_request_error", "amount_too_large",
 				"amount_to_capture must be less than or equal to the amount_capturable", "amount_to_capture")
 		}
 		amount = n
 	}
-	ch := e.charges[pi.charge]
-	ch.captured, ch.isCaptured = amount, true
-	pi.status, pi.received, pi.capturable = "succeeded", amount, 0
+	e.capture(pi, ch, amount, final)
+	return answer{status: http.StatusOK, body: e.intentJSON(pi, expands(f, "latest_charge"))}
+}
+
+// capture captures amount of pi; final (or nothing left) releases the
+// rest. A hold captured once and finally books one charge transaction of
+// its amount and a partial_capture_reversal of the rest, as Stripe does;
+// the parts of a multicapture hold book one charge transaction each.
+func (e *emulator) capture(pi *emuIntent, ch *emuCharge, amount int64, final bool) {
+	first := pi.received == 0
+	pi.received += amount
+	ch.captured, ch.isCaptured = ch.captured+amount, true
 	t := now()
-	e.balanceTx("charge", "charge", ch.id, pi.currency, pi.amount, t)
-	if rest := pi.amount - amount; rest > 0 {
+	if first && final {
+		e.balanceTx("charge", "charge", ch.id, pi.currency, max(pi.amount, amount), t)
+	} else {
+		e.balanceTx("charge", "charge", ch.id, pi.currency, amount, t)
+	}
+	rest := pi.amount - pi.received
+	if !final && rest > 0 {
+		pi.capturable = rest
+		return
+	}
+	pi.status, pi.capturable = "succeeded", 0
+	if rest > 0 {
 		re := &emuRefund{id: e.newID("re"), intent: pi.id, charge: ch.id, currency: pi.currency, amount: rest, created: t, release: true}
 		e.refunds[re.id] = re
 		ch.refunded += rest
-		e.balanceTx("refund", "partial_capture_reversal", re.id, pi.currency, -rest, t)
+		if first {
+			e.balanceTx("refund", "partial_capture_reversal", re.id, pi.currency, -rest, t)
+		}
 	}
-	return answer{status: http.StatusOK, body: e.intentJSON(pi, expands(f, "latest_charge"))}
 }
 
 func (e *emulator) cancelIntent(r *http.Request, f url.Values) answer {
@@ -277,10 +317,12 @@ func (e *emulator) cancelIntent(r *http.Request, f url.Values) answer {
 	return answer{status: http.StatusOK, body: e.intentJSON(pi, expands(f, "latest_charge"))}
 }
 
-// cancel voids pi; Stripe refunds (releases) an authorized charge whole.
+// cancel voids pi; Stripe refunds (releases) the uncaptured rest of an
+// authorized charge: all of it, or what a multicapture hold's captures
+// left (amount_capturable), the captures standing.
 func (e *emulator) cancel(pi *emuIntent, reason string) {
-	if ch := e.charges[pi.charge]; ch != nil && ch.status == "succeeded" && !ch.isCaptured {
-		ch.refunded = ch.amount
+	if ch := e.charges[pi.charge]; ch != nil && ch.status == "succeeded" && pi.status == "requires_capture" {
+		ch.refunded += pi.capturable
 	}
 	pi.status, pi.cancellationReason, pi.canceledAt, pi.capturable = "canceled", reason, now(), 0
 	e.events = append(e.events, &emuEvent{id: e.newID("evt"), typ: "payment_intent.canceled",
@@ -293,7 +335,9 @@ func (e *emulator) createRefund(_ *http.Request, f url.Values) answer {
 		return stripeError(http.StatusBadRequest, "invalid_request_error", "resource_missing",
 			"No such payment_intent: '"+f.Get("payment_intent")+"'", "payment_intent")
 	}
-	if pi.status != "succeeded" {
+	if pi.received == 0 {
+		// A multicapture hold's captures are refundable before its final
+		// capture.
 		return stripeError(http.StatusBadRequest, "invalid_request_error", "charge_not_refundable",
 			"This PaymentIntent has no successful charge to refund.", "payment_intent")
 	}
@@ -479,6 +523,7 @@ func (e *emulator) chargeJSON(ch *emuCharge) map[string]any {
 	if ch.captureBefore != 0 {
 		card["capture_before"] = ch.captureBefore
 	}
+	ch.flex.addTo(card, ch.amount)
 	return map[string]any{
 		"id": ch.id, "object": "charge", "amount": ch.amount, "amount_captured": ch.captured,
 		"amount_refunded": ch.refunded, "captured": ch.isCaptured, "created": ch.created, "currency": ch.currency,

@@ -19,7 +19,8 @@ import (
 // emulator is a small, stateful, Stripe-shaped API on loopback, enough for
 // the adapter: PaymentIntents (create, confirm, capture, cancel, retrieve,
 // list; 3-D Secure challenges the test completes or fails, see
-// emulator_3ds_test.go), refunds, balance transactions and events, with Stripe's
+// emulator_3ds_test.go; incremental authorization, multicapture and
+// overcapture, see emulator_flex_test.go), refunds, balance transactions and events, with Stripe's
 // idempotency (same key and parameters replay the stored answer, other
 // parameters are a 400 idempotency_error, a key still executing is a 409
 // idempotency_key_in_use). It records every request, fails the test on a
@@ -108,13 +109,17 @@ func newEmulator(t *testing.T) *emulator {
 	mux.HandleFunc("POST /v1/payment_intents", e.write(e.createIntent, "amount", "currency", "capture_method",
 		"payment_method", "payment_method_types[", "description", "metadata[", "expand[",
 		"payment_method_options[card][request_extended_authorization]",
-		"payment_method_options[card][request_three_d_secure]"))
+		"payment_method_options[card][request_three_d_secure]",
+		"payment_method_options[card][request_incremental_authorization]",
+		"payment_method_options[card][request_multicapture]",
+		"payment_method_options[card][request_overcapture]"))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/confirm", e.write(e.confirmIntent, "error_on_requires_action", "return_url",
 		"expand[",
 		"payment_method_data[type]",
 		"payment_method_data[card][number]", "payment_method_data[card][exp_month]", "payment_method_data[card][exp_year]",
 		"payment_method_data[card][cvc]", "payment_method_data[billing_details][name]"))
-	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", e.write(e.captureIntent, "amount_to_capture", "expand["))
+	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", e.write(e.captureIntent, "amount_to_capture", "final_capture", "expand["))
+	mux.HandleFunc("POST /v1/payment_intents/{id}/increment_authorization", e.write(e.incrementIntent, "amount", "expand["))
 	mux.HandleFunc("POST /v1/payment_intents/{id}/cancel", e.write(e.cancelIntent, "cancellation_reason", "expand["))
 	mux.HandleFunc("POST /v1/refunds", e.write(e.createRefund, "payment_intent", "amount", "expand["))
 	mux.HandleFunc("GET /v1/payment_intents/{id}", e.read(e.getIntent, "expand["))

@@ -160,17 +160,33 @@ func intentParams(req providers.AuthorizeRequest) *stripego.PaymentIntentParams 
 }
 
 // cardOptions are the creation's payment_method_options[card], nil when
-// none is asked for: request_extended_authorization=if_available, and
+// none is asked for: request_extended_authorization=if_available,
+// request_incremental_authorization, request_multicapture and
+// request_overcapture=if_available (each only when asked: the card's
+// network decides, and the charge says what was granted, see flexOf), and
 // request_three_d_secure=any (authenticate even where Stripe would not on
 // its own, after an issuer's authentication_required decline).
 func cardOptions(req providers.AuthorizeRequest) *stripego.PaymentIntentPaymentMethodOptionsCardParams {
-	if !req.ExtendedAuthorization && !req.RequestThreeDS {
+	if !req.ExtendedAuthorization && !req.RequestThreeDS && !req.RequestIncrementalAuthorization &&
+		!req.RequestMulticapture && !req.RequestOvercapture {
 		return nil
 	}
 	card := &stripego.PaymentIntentPaymentMethodOptionsCardParams{}
 	if req.ExtendedAuthorization {
 		card.RequestExtendedAuthorization = stripego.String(string(
 			stripego.PaymentIntentPaymentMethodOptionsCardRequestExtendedAuthorizationIfAvailable))
+	}
+	if req.RequestIncrementalAuthorization {
+		card.RequestIncrementalAuthorization = stripego.String(string(
+			stripego.PaymentIntentPaymentMethodOptionsCardRequestIncrementalAuthorizationIfAvailable))
+	}
+	if req.RequestMulticapture {
+		card.RequestMulticapture = stripego.String(string(
+			stripego.PaymentIntentPaymentMethodOptionsCardRequestMulticaptureIfAvailable))
+	}
+	if req.RequestOvercapture {
+		card.RequestOvercapture = stripego.String(string(
+			stripego.PaymentIntentPaymentMethodOptionsCardRequestOvercaptureIfAvailable))
 	}
 	if req.RequestThreeDS {
 		card.RequestThreeDSecure = stripego.String(string(
@@ -293,11 +309,21 @@ func declinedHold(perr *providers.Error, created *stripego.PaymentIntent) provid
 	return h
 }
 
-// Capture captures req.AmountMinor (all of it when zero, sent as
-// amount_to_capture otherwise) of the hold; Stripe releases the rest.
+// Capture captures req.AmountMinor (all that is capturable when zero, sent
+// as amount_to_capture otherwise) of the hold; Stripe releases the rest.
+// With req.NotFinal it sends final_capture=false: on a hold granted
+// multicapture Stripe keeps the rest capturable (the PaymentIntent stays
+// requires_capture, amount_received the sum so far: an authorized hold
+// with CapturedMinor). An amount above the hold is passed as it is: Stripe
+// takes it on a hold granted overcapture, up to maximum_amount_capturable.
 // Refusals are KindRejected: resource_missing, state_conflict (not
-// capturable: captured, canceled, declined), hold_expired, amount_too_large,
-// idempotency_key_mismatch.
+// capturable: captured, canceled, declined), hold_expired, amount_too_large
+// (more than is capturable, overcapture included), not_supported
+// (final_capture=false on a hold without multicapture),
+// idempotency_key_mismatch (see refineRefusal for how a refusal is told).
+//
+// It cannot capture twice: the forwarded key makes a retry replay the
+// first answer, and stripe-go never resends on its own.
 func (c *Client) Capture(ctx context.Context, req providers.CaptureRequest) (providers.Hold, error) {
 	if err := checkWrite(opCapture, req.Key, "", req.Ref, true); err != nil {
 		return providers.Hold{}, err
@@ -309,13 +335,18 @@ func (c *Client) Capture(ctx context.Context, req providers.CaptureRequest) (pro
 	if req.AmountMinor > 0 {
 		p.AmountToCapture = stripego.Int64(req.AmountMinor)
 	}
+	if req.NotFinal {
+		// Sent only when asked: a final capture keeps the parameters it
+		// always had, so a retry of an older request still replays.
+		p.FinalCapture = stripego.Bool(false)
+	}
 	p.AddExpand(expandCharge)
 	p.SetIdempotencyKey(req.Key)
 	cl := newCall(ctx, opCapture)
 	p.Context = cl.ctx
 	pi, err := c.intents.Capture(req.Ref, p)
 	if err != nil {
-		return providers.Hold{}, cl.fail(err)
+		return providers.Hold{}, c.refineRefusal(ctx, req.Ref, cl.fail(err), captureRefusal(req))
 	}
 	return holdOf(pi), nil
 }
@@ -382,6 +413,7 @@ func holdOf(pi *stripego.PaymentIntent) providers.Hold {
 	}
 	if ch := pi.LatestCharge; ch != nil && ch.PaymentMethodDetails != nil && ch.PaymentMethodDetails.Card != nil {
 		h.CaptureBefore = unix(ch.PaymentMethodDetails.Card.CaptureBefore)
+		h.Flex = flexOf(ch.PaymentMethodDetails.Card)
 	}
 	switch h.Status {
 	case providers.StatusDeclined:
@@ -413,8 +445,11 @@ func nextActionURL(na *stripego.PaymentIntentNextAction) string {
 
 // statusOf maps a PaymentIntent's status:
 //
-//	requires_capture                               authorized
+//	requires_capture                               authorized (with multicapture, amount_received
+//	                                               may already be > 0: its captures so far)
 //	succeeded                                      captured | partially_refunded | refunded
+//	canceled after a capture (amount_received > 0,
+//	  a multicapture hold whose rest was released) captured | partially_refunded | refunded
 //	canceled, cancellation_reason automatic        expired (the hold lapsed)
 //	canceled                                       canceled
 //	requires_payment_method after a failed attempt declined (a failed challenge:
@@ -427,15 +462,13 @@ func statusOf(pi *stripego.PaymentIntent) providers.Status {
 	case stripego.PaymentIntentStatusRequiresCapture:
 		return providers.StatusAuthorized
 	case stripego.PaymentIntentStatusSucceeded:
-		switch refunded := refundedOf(pi); {
-		case refunded == 0:
-			return providers.StatusCaptured
-		case refunded >= pi.AmountReceived:
-			return providers.StatusRefunded
-		default:
-			return providers.StatusPartiallyRefunded
-		}
+		return capturedStatus(pi)
 	case stripego.PaymentIntentStatusCanceled:
+		if pi.AmountReceived > 0 {
+			// What was captured stays captured; the cancel (or the
+			// lapse) only released the rest, as a final capture does.
+			return capturedStatus(pi)
+		}
 		if lapsed(pi) {
 			return providers.StatusExpired
 		}
@@ -450,18 +483,38 @@ func statusOf(pi *stripego.PaymentIntent) providers.Status {
 	return providers.StatusRequiresConfirmation
 }
 
+// capturedStatus is the status of a PaymentIntent whose capture is over:
+// captured, partially_refunded or refunded.
+func capturedStatus(pi *stripego.PaymentIntent) providers.Status {
+	switch refunded := refundedOf(pi); {
+	case refunded == 0:
+		return providers.StatusCaptured
+	case refunded >= pi.AmountReceived:
+		return providers.StatusRefunded
+	default:
+		return providers.StatusPartiallyRefunded
+	}
+}
+
 // refundedOf is how much of the captured amount was refunded to the
 // customer. Stripe counts in the charge's amount_refunded what it released
 // of the hold too: the uncaptured rest of a partial capture (its balance
 // transaction is a partial_capture_reversal) and all of a canceled or
 // lapsed hold. Only a captured charge has customer refunds, and they are
-// amount_refunded less the released rest.
+// amount_refunded less the released rest: the PaymentIntent's amount (the
+// authorized total, increments included, which Stripe documents on the
+// PaymentIntent) less what was captured. Nothing is released while a
+// multicapture hold is still requires_capture, nor after an overcapture
+// (captured above the amount).
 func refundedOf(pi *stripego.PaymentIntent) int64 {
 	ch := pi.LatestCharge
-	if pi.Status != stripego.PaymentIntentStatusSucceeded || ch == nil || !ch.Captured {
+	if ch == nil || !ch.Captured {
 		return 0
 	}
-	released := ch.Amount - ch.AmountCaptured
+	var released int64
+	if pi.Status != stripego.PaymentIntentStatusRequiresCapture {
+		released = max(pi.Amount-ch.AmountCaptured, 0)
+	}
 	return min(max(ch.AmountRefunded-released, 0), ch.AmountCaptured)
 }
 

@@ -95,6 +95,31 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 			_, err := c.Authorize(ctx, req)
 			return err
 		}},
+		{"AuthorizeFlexible", func() error {
+			req := authReq(1234)
+			req.RequestIncrementalAuthorization, req.RequestMulticapture, req.RequestOvercapture = true, true, true
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
+		{"AuthorizeCardFlexibleExtended", func() error {
+			req := cardAuthReq(1234, "4242424242424242")
+			req.RequestMulticapture, req.ExtendedAuthorization = true, true
+			_, err := c.Authorize(ctx, req)
+			return err
+		}},
+		{"IncrementAuthorization", func() error {
+			// stripe-mock answers this route with a fixture of its own id.
+			_, err := c.IncrementAuthorization(ctx, providers.IncrementRequest{Key: fwdKey("increment"), Ref: ref, AmountMinor: 2000})
+			return err
+		}},
+		{"CapturePartNotFinal", func() error {
+			_, err := c.Capture(ctx, providers.CaptureRequest{Key: fwdKey("capture"), Ref: ref, AmountMinor: 500, NotFinal: true})
+			return err
+		}},
+		{"CaptureOver", func() error {
+			_, err := c.Capture(ctx, providers.CaptureRequest{Key: fwdKey("capture"), Ref: ref, AmountMinor: 1_000_000})
+			return err
+		}},
 		{"ExtendExtended", func() error {
 			_, err := c.ExtendHold(ctx, providers.ExtendRequest{Key: fwdKey("extend"), Ref: ref, ExtendedAuthorization: true})
 			return err
