@@ -275,13 +275,16 @@ func fingerprint(t *testing.T, op string, params map[string]string, body string)
 
 // authorizeBody is the body of an authorization, as httpapi decodes it.
 type authorizeBody struct {
-	AmountMinor   int64             `json:"amount_minor"`
-	Currency      string            `json:"currency"`
-	Provider      string            `json:"provider"`
-	PaymentMethod string            `json:"payment_method"`
-	Description   string            `json:"description"`
-	Metadata      map[string]string `json:"metadata"`
-	ReturnURL     string            `json:"return_url"`
+	AmountMinor                     int64             `json:"amount_minor"`
+	Currency                        string            `json:"currency"`
+	Provider                        string            `json:"provider"`
+	PaymentMethod                   string            `json:"payment_method"`
+	Description                     string            `json:"description"`
+	Metadata                        map[string]string `json:"metadata"`
+	ReturnURL                       string            `json:"return_url"`
+	RequestIncrementalAuthorization bool              `json:"request_incremental_authorization"`
+	RequestMulticapture             bool              `json:"request_multicapture"`
+	RequestOvercapture              bool              `json:"request_overcapture"`
 }
 
 // authorize sends POST /v1/payments with body under key.
@@ -295,7 +298,8 @@ func (e *moneyEnv) authorize(t *testing.T, key, body string) answer {
 		return e.svc.Authorize(ctx, c, orchestrator.AuthorizeInput{
 			TenantID: e.tenant, Key: key, Fingerprint: fp, AmountMinor: in.AmountMinor, Currency: in.Currency,
 			Provider: in.Provider, PaymentMethod: in.PaymentMethod, Description: in.Description, Metadata: in.Metadata,
-			ReturnURL: in.ReturnURL,
+			ReturnURL: in.ReturnURL, RequestIncrementalAuthorization: in.RequestIncrementalAuthorization,
+			RequestMulticapture: in.RequestMulticapture, RequestOvercapture: in.RequestOvercapture,
 		})
 	})
 }
@@ -328,14 +332,17 @@ type operationMethod func(*orchestrator.Service, context.Context, *orchestrator.
 // ({} or {"amount_minor":N}) under key.
 func (e *moneyEnv) operation(t *testing.T, op string, do operationMethod, id, key, body string) answer {
 	var in struct {
-		AmountMinor int64 `json:"amount_minor"`
+		AmountMinor  int64 `json:"amount_minor"`
+		FinalCapture *bool `json:"final_capture"`
 	}
 	if err := json.Unmarshal([]byte(body), &in); err != nil {
 		t.Errorf("%s body %s: %v", op, body, err)
 	}
+	notFinal := in.FinalCapture != nil && !*in.FinalCapture
 	fp := fingerprint(t, op, map[string]string{"id": id}, body)
 	return e.keyed(t, op, id, key, fp, func(ctx context.Context, c *orchestrator.Claim) (orchestrator.Outcome, error) {
-		return do(e.svc, ctx, c, orchestrator.OperationInput{TenantID: e.tenant, PaymentID: id, Key: key, AmountMinor: in.AmountMinor})
+		return do(e.svc, ctx, c, orchestrator.OperationInput{TenantID: e.tenant, PaymentID: id, Key: key,
+			AmountMinor: in.AmountMinor, NotFinal: notFinal})
 	})
 }
 
