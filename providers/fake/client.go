@@ -37,7 +37,11 @@ type Client struct {
 	webhookSecret string
 }
 
-var _ providers.Provider = (*Client)(nil)
+var (
+	_ providers.Provider      = (*Client)(nil)
+	_ providers.Incrementer   = (*Client)(nil)
+	_ providers.FlexibleHolds = (*Client)(nil)
+)
 
 // NewClient returns a Client for the fake provider at baseURL
 // ("http://127.0.0.1:8081"). A nil hc gets an http.Client that waits at most
@@ -136,7 +140,7 @@ func (c *Client) authorize(ctx context.Context, req providers.AuthorizeRequest) 
 	// key's fingerprint covers them: a retry that changed them is a
 	// mismatch, never a second challenge.
 	var v holdJSON
-	confirm := confirmParams{ReturnURL: req.ReturnURL, RequestThreeDS: req.RequestThreeDS}
+	confirm := confirmParams{ReturnURL: req.ReturnURL, RequestThreeDS: req.RequestThreeDS, flexAsk: in.flexAsk}
 	err := c.call(ctx, OpAuthorize, http.MethodPost, holdPath(created.Ref, "/confirm"), req.Key, confirm, &v)
 	if err != nil {
 		var ae *APIError
@@ -157,6 +161,11 @@ func authorizeParamsOf(req providers.AuthorizeRequest) authorizeParams {
 		Description:    req.Description,
 		ReturnURL:      req.ReturnURL,
 		RequestThreeDS: req.RequestThreeDS,
+		flexAsk: flexAsk{
+			IncrementalAuthorization: req.RequestIncrementalAuthorization,
+			Multicapture:             req.RequestMulticapture,
+			Overcapture:              req.RequestOvercapture,
+		},
 	}
 	if c := req.Card; c != nil {
 		in.PaymentMethod = ""
@@ -191,18 +200,63 @@ func scrubbed(err error, card *providers.Card) error {
 	return providers.ScrubError(err, card)
 }
 
-// Capture captures req.AmountMinor (all when zero) of a hold with POST
-// /v1/holds/{ref}/capture. Refusals are KindRejected: resource_missing,
-// state_conflict, hold_expired, amount_too_large, idempotency_key_mismatch.
+// Capture captures req.AmountMinor (what remains of the authorized
+// amount when zero) of a hold with POST /v1/holds/{ref}/capture, and
+// releases the rest; with req.NotFinal (final_capture false, a hold
+// granted multicapture) the hold stays authorized, CapturedMinor the sum
+// so far. Refusals are KindRejected: resource_missing, state_conflict,
+// hold_expired, amount_too_large (past the authorized amount, or with
+// overcapture Flex.MaxCapturableMinor, in all), not_supported (NotFinal
+// without multicapture), invalid_request (NotFinal with a zero amount),
+// idempotency_key_mismatch.
 func (c *Client) Capture(ctx context.Context, req providers.CaptureRequest) (providers.Hold, error) {
 	if err := needRef(OpCapture, req.Ref); err != nil {
 		return providers.Hold{}, err
 	}
+	in := captureParams{AmountMinor: req.AmountMinor}
+	if req.NotFinal {
+		final := false
+		in.FinalCapture = &final
+	}
 	var v holdJSON
-	if err := c.call(ctx, OpCapture, http.MethodPost, holdPath(req.Ref, "/capture"), req.Key, captureParams{AmountMinor: req.AmountMinor}, &v); err != nil {
+	if err := c.call(ctx, OpCapture, http.MethodPost, holdPath(req.Ref, "/capture"), req.Key, in, &v); err != nil {
 		return providers.Hold{}, err
 	}
 	return v.hold(), nil
+}
+
+// IncrementAuthorization raises an authorized hold to req.AmountMinor in
+// all (the new total) with POST /v1/holds/{ref}/increment. The fake
+// applies a key once: a retry with the same key and amount replays the
+// first answer and never raises the hold twice, so a lost answer is
+// settled by retrying with the key or by a Lookup. A decline is
+// KindDeclined card_declined, returned with the hold as it still is.
+// Refusals are KindRejected: not_supported (not granted incremental
+// authorization), state_conflict (not authorized), invalid_request (not
+// above the current amount), amount_too_large (past Flex.MaxAmountMinor),
+// resource_missing, idempotency_key_mismatch.
+func (c *Client) IncrementAuthorization(ctx context.Context, req providers.IncrementRequest) (providers.Hold, error) {
+	if err := needRef(OpIncrement, req.Ref); err != nil {
+		return providers.Hold{}, err
+	}
+	var v holdJSON
+	err := c.call(ctx, OpIncrement, http.MethodPost, holdPath(req.Ref, "/increment"), req.Key, incrementParams{AmountMinor: req.AmountMinor}, &v)
+	if err != nil {
+		var ae *APIError
+		if providers.KindOf(err) != providers.KindDeclined || !errors.As(err, &ae) || ae.hold == nil {
+			return providers.Hold{}, err
+		}
+		v = *ae.hold
+	}
+	return v.hold(), err
+}
+
+// FlexibleHolds reports that the fake can ask for all three features;
+// each hold's Flex says what its card was granted (every approving card
+// but pm_card_flexUnavailable and TestCardFlexUnavailable gets what it
+// asked for).
+func (c *Client) FlexibleHolds() providers.FlexSupport {
+	return providers.FlexSupport{IncrementalAuthorization: true, Multicapture: true, Overcapture: true}
 }
 
 // Cancel voids an authorized hold, or ends a challenge nobody completed

@@ -17,7 +17,17 @@ const (
 	// DefaultExpiryCheck is how often a server that sends webhooks looks
 	// for holds that lapsed (Config.ExpiryCheck).
 	DefaultExpiryCheck = time.Second
+	// DefaultOvercapturePercent is how far above its amount a hold
+	// granted overcapture may be captured (Config.OvercapturePercent).
+	DefaultOvercapturePercent = 20
+	// DefaultIncrementPercent is how far above its first amount a hold
+	// granted incremental authorization may be raised
+	// (Config.IncrementPercent).
+	DefaultIncrementPercent = 100
 )
+
+// maxFlexPercent bounds Config.OvercapturePercent and IncrementPercent.
+const maxFlexPercent = 1000
 
 // maxBodyBytes bounds every request body except seeding.
 const maxBodyBytes = 64 << 10
@@ -76,6 +86,19 @@ type Config struct {
 	// scheme and Host of the confirmation request that started the
 	// challenge.
 	PublicURL string
+	// OvercapturePercent is how much more than its authorized amount a
+	// hold granted overcapture may be captured in all:
+	// maximum_amount_capturable = amount × (100 + OvercapturePercent) /
+	// 100, rounded down, following the amount as increments raise it.
+	// Taken when the hold is authorized. 1 to 1000; default (0)
+	// DefaultOvercapturePercent, 20.
+	OvercapturePercent int
+	// IncrementPercent is how much a hold granted incremental
+	// authorization may be raised: maximum_amount = its first amount ×
+	// (100 + IncrementPercent) / 100, rounded down, fixed when it is
+	// authorized. 1 to 1000; default (0) DefaultIncrementPercent, 100
+	// (up to twice the first amount).
+	IncrementPercent int
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -97,6 +120,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExpiryCheck == 0 {
 		c.ExpiryCheck = DefaultExpiryCheck
+	}
+	if c.OvercapturePercent == 0 {
+		c.OvercapturePercent = DefaultOvercapturePercent
+	}
+	if c.IncrementPercent == 0 {
+		c.IncrementPercent = DefaultIncrementPercent
 	}
 	if c.WebhookClient == nil {
 		c.WebhookClient = &http.Client{Timeout: 10 * time.Second}
@@ -128,6 +157,12 @@ func (c Config) validate() error {
 			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 			return fmt.Errorf("fake: Config.PublicURL %q is not an http(s) base URL (no query, fragment or credentials)", c.PublicURL)
 		}
+	}
+	if c.OvercapturePercent < 0 || c.OvercapturePercent > maxFlexPercent {
+		return fmt.Errorf("fake: Config.OvercapturePercent must be within [0, %d], got %d", maxFlexPercent, c.OvercapturePercent)
+	}
+	if c.IncrementPercent < 0 || c.IncrementPercent > maxFlexPercent {
+		return fmt.Errorf("fake: Config.IncrementPercent must be within [0, %d], got %d", maxFlexPercent, c.IncrementPercent)
 	}
 	if c.ExpiryCheck < 0 {
 		return fmt.Errorf("fake: Config.ExpiryCheck must not be negative, got %s", c.ExpiryCheck)

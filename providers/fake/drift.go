@@ -24,6 +24,15 @@ const (
 	DriftAdd DriftKind = "add"
 	// DriftDuplicate shows the selected row twice.
 	DriftDuplicate DriftKind = "duplicate"
+	// DriftPartAmount sets the amount of the selected row's Part-th part
+	// (from 1) to AmountMinor: a capture of another amount, an increment
+	// to another total.
+	DriftPartAmount DriftKind = "part_amount"
+	// DriftPartDrop leaves the selected row's Part-th part (from 1) out.
+	DriftPartDrop DriftKind = "part_drop"
+	// DriftPartAdd adds NewPart to the selected row's parts, in the order
+	// of their times: an increment or a capture we know nothing of.
+	DriftPartAdd DriftKind = "part_add"
 )
 
 // AmountField names the amount a DriftAmount changes.
@@ -53,8 +62,49 @@ type Drift struct {
 	Currency string `json:"currency,omitempty"`
 	// Row is the row a DriftAdd adds. An empty Ref gets a fresh one, a zero
 	// CreatedAt the current time, a zero UpdatedAt the CreatedAt; the row
-	// shows in reports whose window holds either time.
+	// shows in reports whose window holds either time. Its parts, if any,
+	// are shown as given.
 	Row *Row `json:"row,omitempty"`
+	// Part is the part (from 1, in the row's order) a DriftPartAmount
+	// sets or a DriftPartDrop drops; a row without that part (yet) is
+	// left as it is.
+	Part int `json:"part,omitempty"`
+	// NewPart is the part a DriftPartAdd adds; a zero CreatedAt gets the
+	// current time.
+	NewPart *Part `json:"new_part,omitempty"`
+}
+
+// applyToParts returns parts as the part drift d alters them, never
+// changing the slice it is given.
+func (d Drift) applyToParts(parts []Part) []Part {
+	i := d.Part - 1
+	switch {
+	case d.Kind == DriftPartAdd:
+		out := append(slices.Clip(parts), *d.NewPart)
+		slices.SortStableFunc(out, func(a, b Part) int { return a.CreatedAt.Compare(b.CreatedAt) })
+		return out
+	case i < 0 || i >= len(parts):
+		return parts
+	case d.Kind == DriftPartDrop:
+		return slices.Delete(slices.Clone(parts), i, i+1)
+	}
+	out := slices.Clone(parts)
+	out[i].AmountMinor = d.AmountMinor
+	return out
+}
+
+// checkPart validates a part given to a drift and fills its default time.
+func (s *Server) checkPart(p *Part, param string) *apiError {
+	if !validPartKind(p.Kind) {
+		return invalid(param+".kind", "a part's kind must be increment or capture, got %q", p.Kind)
+	}
+	if p.AmountMinor <= 0 {
+		return invalid(param+".amount_minor", "a part's amount_minor must be a positive integer")
+	}
+	if p.CreatedAt.IsZero() {
+		p.CreatedAt = s.now()
+	}
+	return nil
 }
 
 // knownStatus reports whether st is a hold status.
@@ -94,11 +144,20 @@ func (s *Server) checkDrift(d *Drift) *apiError {
 		if row.UpdatedAt.IsZero() {
 			row.UpdatedAt = row.CreatedAt
 		}
+		row.Parts = slices.Clone(row.Parts)
+		for i := range row.Parts {
+			if e := s.checkPart(&row.Parts[i], "row.parts"); e != nil {
+				return e
+			}
+		}
 		d.Row = &row
 		return nil
 	}
 	if d.Row != nil {
 		return invalid("row", "row applies to add drifts only")
+	}
+	if e := s.checkPartDrift(d); e != nil {
+		return e
 	}
 	switch d.Kind {
 	case DriftAmount:
@@ -118,9 +177,9 @@ func (s *Server) checkDrift(d *Drift) *apiError {
 		if !validCurrency(d.Currency) {
 			return invalid("currency", "currency must be an ISO 4217 code in upper case, got %q", d.Currency)
 		}
-	case DriftDrop, DriftDuplicate:
+	case DriftDrop, DriftDuplicate, DriftPartAmount, DriftPartDrop, DriftPartAdd:
 	default:
-		return invalid("kind", "kind must be amount, status, currency, drop, add or duplicate, got %q", d.Kind)
+		return invalid("kind", "kind must be amount, status, currency, drop, add, duplicate, part_amount, part_drop or part_add, got %q", d.Kind)
 	}
 	switch {
 	case d.Ref != "":
@@ -133,6 +192,37 @@ func (s *Server) checkDrift(d *Drift) *apiError {
 		}
 	default:
 		return invalid("ref", "a %s drift needs ref or payment_id", d.Kind)
+	}
+	return nil
+}
+
+// checkPartDrift validates the part fields of a drift that selects a row:
+// Part for part_amount and part_drop, NewPart for part_add, neither for
+// the others.
+func (s *Server) checkPartDrift(d *Drift) *apiError {
+	switch d.Kind {
+	case DriftPartAmount, DriftPartDrop:
+		if d.Part < 1 {
+			return invalid("part", "a %s drift needs part, the part's position from 1", d.Kind)
+		}
+		if d.Kind == DriftPartAmount && d.AmountMinor <= 0 {
+			return invalid("amount_minor", "a part_amount drift needs a positive amount_minor")
+		}
+	case DriftPartAdd:
+		if d.NewPart == nil {
+			return invalid("new_part", "a part_add drift needs a new_part")
+		}
+		p := *d.NewPart
+		if e := s.checkPart(&p, "new_part"); e != nil {
+			return e
+		}
+		d.NewPart = &p
+	}
+	if d.Part != 0 && d.Kind != DriftPartAmount && d.Kind != DriftPartDrop {
+		return invalid("part", "part applies to part_amount and part_drop drifts only")
+	}
+	if d.NewPart != nil && d.Kind != DriftPartAdd {
+		return invalid("new_part", "new_part applies to part_add drifts only")
 	}
 	return nil
 }

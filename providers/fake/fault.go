@@ -26,6 +26,11 @@ const (
 	// passes, then aborted. A report streams its rows and is cut before its
 	// end marker.
 	FaultTimeoutAfterExecute FaultKind = "timeout_after_execute"
+	// FaultDecline, on the increment operation only, executes the
+	// increment as the issuer's decline: 402 card_declined, the hold
+	// unchanged, the answer stored under the key and the operation logged
+	// with outcome card_declined.
+	FaultDecline FaultKind = "decline"
 )
 
 // Fault arms a fault for calls of one operation. With Count N > 0 it fires
@@ -35,11 +40,11 @@ const (
 // latencies add up, and error_before_execute wins over
 // timeout_after_execute.
 type Fault struct {
-	// Operation is the operation it targets: authorize, capture, cancel,
-	// refund, lookup or report.
+	// Operation is the operation it targets: create, authorize, capture,
+	// cancel, refund, extend, increment, lookup or report.
 	Operation Op `json:"operation"`
-	// Kind is the fault: latency, error_before_execute or
-	// timeout_after_execute.
+	// Kind is the fault: latency, error_before_execute,
+	// timeout_after_execute or (increment only) decline.
 	Kind FaultKind `json:"fault"`
 	// Count is how many calls it fires on; 0 means until cleared.
 	Count int `json:"count,omitempty"`
@@ -60,7 +65,7 @@ type Fault struct {
 // validate checks f and defaults Status.
 func (f *Fault) validate() *apiError {
 	if !f.Operation.valid() {
-		return invalid("operation", "operation must be authorize, capture, cancel, refund, lookup or report, got %q", f.Operation)
+		return invalid("operation", "operation must be create, authorize, capture, cancel, refund, extend, increment, lookup or report, got %q", f.Operation)
 	}
 	switch f.Kind {
 	case FaultLatency:
@@ -77,8 +82,12 @@ func (f *Fault) validate() *apiError {
 			return invalid("status", "status must be 429, 500, 502, 503 or 504, got %d", f.Status)
 		}
 	case FaultTimeoutAfterExecute:
+	case FaultDecline:
+		if f.Operation != OpIncrement {
+			return invalid("fault", "a decline fault applies to the increment operation only")
+		}
 	default:
-		return invalid("fault", "fault must be latency, error_before_execute or timeout_after_execute, got %q", f.Kind)
+		return invalid("fault", "fault must be latency, error_before_execute, timeout_after_execute or decline, got %q", f.Kind)
 	}
 	if f.Status != 0 && f.Kind != FaultErrorBeforeExecute {
 		return invalid("status", "status applies to error_before_execute only")
@@ -103,6 +112,8 @@ type faultPlan struct {
 	latency   time.Duration
 	errStatus int
 	timeout   bool
+	// decline: an increment is declined (FaultDecline).
+	decline bool
 }
 
 // armed holds armed faults of one kind (the API's, the webhooks'), in the
@@ -192,7 +203,8 @@ func (fs *faultSet) take(op Op, key string) faultPlan {
 		switch {
 		case !fire:
 		case r.Kind == FaultErrorBeforeExecute && p.errStatus != 0,
-			r.Kind == FaultTimeoutAfterExecute && p.timeout:
+			r.Kind == FaultTimeoutAfterExecute && p.timeout,
+			r.Kind == FaultDecline && p.decline:
 			fire = false
 		case r.Probability > 0 && rand.Float64() >= r.Probability:
 			fire = false
@@ -204,12 +216,14 @@ func (fs *faultSet) take(op Op, key string) faultPlan {
 				p.errStatus = r.Status
 			case FaultTimeoutAfterExecute:
 				p.timeout = true
+			case FaultDecline:
+				p.decline = true
 			}
 		}
 		return fire, true
 	})
 	if p.errStatus != 0 {
-		p.timeout = false
+		p.timeout, p.decline = false, false
 	}
 	return p
 }

@@ -25,6 +25,9 @@ var paymentMethods = map[string]string{
 	"pm_card_threeDSecure2Required":  "",
 	"pm_card_threeDSecureOptional":   "",
 	"pm_card_authenticationRequired": "",
+	// The flexible-hold test methods (flexMethods) approve.
+	"pm_card_flexUnavailable":   "",
+	"pm_card_incrementDeclined": "",
 }
 
 // defaultPaymentMethod is used when a request names none.
@@ -76,10 +79,21 @@ type hold struct {
 	// expiryNotified: the hold.expired webhook of its lapse was sent
 	// (webhooksend.go).
 	expiryNotified bool
+	// Flexible holds (flex.go): how the issuer treats them, what the
+	// authorization asked for and, once authorized, was granted, the
+	// most an increment may raise the hold to, the overcapture percent
+	// of when it was granted, and the increments and captures made.
+	flexRule       flexRule
+	asked          flexAsk
+	granted        flexAsk
+	maxAmount      int64
+	overcapturePct int
+	parts          []Part
 }
 
 // lapsed reports whether the hold is authorized but past capture_before at
-// now: it then reads as expired.
+// now: it then reads as expired, or, when part of it was captured
+// (multicapture), as settled (the rest released).
 func (h *hold) lapsed(now time.Time) bool {
 	return h.status == providers.StatusAuthorized && !h.captureBefore.IsZero() && !now.Before(h.captureBefore)
 }
@@ -107,6 +121,7 @@ func (h *hold) view(now time.Time) holdJSON {
 		Description:   h.description,
 		Metadata:      h.metadata,
 		CaptureBefore: h.captureBefore,
+		Flex:          h.flexView(),
 		CreatedAt:     h.created,
 		UpdatedAt:     h.updated,
 	}
@@ -115,6 +130,9 @@ func (h *hold) view(now time.Time) holdJSON {
 	}
 	if h.lapsed(now) {
 		v.Status = providers.StatusExpired
+		if h.captured > 0 {
+			v.Status = h.settled()
+		}
 		if h.captureBefore.After(v.UpdatedAt) {
 			v.UpdatedAt = h.captureBefore
 		}
@@ -141,8 +159,11 @@ type holdJSON struct {
 	// NextAction is the challenge waiting for the cardholder, while the
 	// hold is requires_action.
 	NextAction *nextActionJSON `json:"next_action,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
+	// Flex is what the hold was granted of the flexible-hold features it
+	// asked for, once authorized.
+	Flex      *flexJSON `json:"flex,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // hold converts the wire form to the seam's type.
@@ -158,6 +179,7 @@ func (v holdJSON) hold() providers.Hold {
 		CaptureBefore: v.CaptureBefore,
 		DeclineCode:   v.DeclineCode,
 		NextActionURL: v.nextActionURL(),
+		Flex:          v.Flex.flex(),
 		CreatedAt:     v.CreatedAt,
 	}
 }
@@ -186,6 +208,8 @@ type authorizeParams struct {
 	// RequestThreeDS asks the issuer to challenge (Stripe's
 	// request_three_d_secure=any); it needs a ReturnURL.
 	RequestThreeDS bool `json:"request_three_d_secure,omitempty"`
+	// The flexible-hold features asked for (flex.go).
+	flexAsk
 }
 
 // fingerprinted is what the idempotency fingerprint covers: the
@@ -257,11 +281,20 @@ func validCurrency(c string) bool {
 // captureParams is the body of POST /v1/holds/{ref}/capture.
 type captureParams struct {
 	AmountMinor int64 `json:"amount_minor,omitempty"`
+	// FinalCapture false, on a hold granted multicapture, leaves the rest
+	// capturable (Stripe's final_capture); absent or true releases it.
+	FinalCapture *bool `json:"final_capture,omitempty"`
 }
+
+// final reports whether the capture releases the rest of the hold.
+func (p *captureParams) final() bool { return p.FinalCapture == nil || *p.FinalCapture }
 
 func (p *captureParams) validate() *apiError {
 	if p.AmountMinor < 0 {
 		return invalid("amount_minor", "amount_minor must not be negative")
+	}
+	if !p.final() && p.AmountMinor == 0 {
+		return invalid("amount_minor", "a capture with final_capture false needs a positive amount_minor")
 	}
 	return nil
 }
@@ -283,6 +316,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 type confirmParams struct {
 	ReturnURL      string `json:"return_url,omitempty"`
 	RequestThreeDS bool   `json:"request_three_d_secure,omitempty"`
+	// The flexible-hold features asked for, added to those the create
+	// asked for.
+	flexAsk
 }
 
 func (p *confirmParams) validate() *apiError { return checkReturnURL(p.ReturnURL, p.RequestThreeDS) }
@@ -295,8 +331,8 @@ func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
 	var p captureParams
-	ref := r.PathValue("ref")
-	s.serveWrite(w, r, OpCapture, &p, func(now time.Time) outcome { return s.capture(now, ref, &p) })
+	ref, key := r.PathValue("ref"), r.Header.Get("Idempotency-Key")
+	s.serveWrite(w, r, OpCapture, &p, func(now time.Time) outcome { return s.capture(now, ref, key, &p) })
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
@@ -316,12 +352,13 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 	}
 	var card *cardJSON
 	var cardDecline string
-	tds := threeDSMethods[pm]
+	tds, flex := threeDSMethods[pm], flexMethods[pm]
 	if p.Card != nil {
 		if e := p.Card.check(now); e != nil {
 			return refused(Operation{}, e)
 		}
-		card, cardDecline, tds = p.Card.shown(), p.Card.decline(), threeDSCards[p.Card.Number]
+		card, cardDecline = p.Card.shown(), p.Card.decline()
+		tds, flex = threeDSCards[p.Card.Number], flexCards[p.Card.Number]
 	}
 	meta := make(map[string]string, len(p.Metadata))
 	for k, v := range p.Metadata {
@@ -333,6 +370,8 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 		card:           card,
 		cardDecline:    cardDecline,
 		threeDS:        tds,
+		flexRule:       flex,
+		asked:          p.flexAsk,
 		returnURL:      p.ReturnURL,
 		requestThreeDS: p.RequestThreeDS,
 		description:    p.Description,
@@ -368,6 +407,7 @@ func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams)
 	if p.ReturnURL != "" {
 		h.returnURL, h.requestThreeDS = p.ReturnURL, p.RequestThreeDS
 	}
+	h.asked = h.asked.or(p.flexAsk)
 	code := paymentMethods[h.paymentMethod]
 	if h.card != nil {
 		code = h.cardDecline
@@ -383,6 +423,7 @@ func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams)
 		s.challengeLocked(h, base, key)
 	default:
 		h.status, h.captureBefore = providers.StatusAuthorized, now.Add(s.cfg.HoldLifetime)
+		s.grantLocked(h)
 	}
 	h.touch(now)
 	v := h.view(now)
@@ -398,9 +439,13 @@ func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams)
 	return outcome{status: http.StatusOK, body: v, op: op}
 }
 
-// capture captures all or part of an authorized hold and releases the rest.
-// Called with s.mu held.
-func (s *Server) capture(now time.Time, ref string, p *captureParams) outcome {
+// capture captures all or part of an authorized hold. A final capture
+// (the default) releases the rest; one with final_capture false, on a
+// hold granted multicapture, leaves the hold authorized with the sum so
+// far in captured_minor. Captures add up to at most the authorized
+// amount, or with overcapture its maximum_amount_capturable. Each is a
+// part of the hold (key its idempotency key). Called with s.mu held.
+func (s *Server) capture(now time.Time, ref, key string, p *captureParams) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
 	if h == nil {
@@ -413,14 +458,27 @@ func (s *Server) capture(now time.Time, ref string, p *captureParams) outcome {
 	if h.status != providers.StatusAuthorized {
 		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold can be captured; this one is %s", h.status))
 	}
+	if !p.final() && !h.granted.Multicapture {
+		return refused(op, rejected(providers.CodeNotSupported, "final_capture false needs a hold granted multicapture; this one was not"))
+	}
 	amount := p.AmountMinor
-	if amount == 0 {
-		amount = h.amount
+	if amount == 0 { // what remains of the authorized amount
+		amount = max(h.amount-h.captured, 0)
 	}
-	if amount > h.amount {
-		return refused(op, rejected(providers.CodeAmountTooLarge, "amount_minor %d is more than the %d authorized", amount, h.amount))
+	limit := h.capturable()
+	switch {
+	case amount > limit-h.captured && h.captured > 0:
+		return refused(op, rejected(providers.CodeAmountTooLarge, "amount_minor %d and the %d captured so far are more than the %d that may be captured", amount, h.captured, limit))
+	case amount > limit:
+		return refused(op, rejected(providers.CodeAmountTooLarge, "amount_minor %d is more than the %d that may be captured", amount, limit))
 	}
-	h.captured, h.status = amount, providers.StatusCaptured
+	h.captured += amount
+	if amount > 0 {
+		h.parts = append(h.parts, Part{Kind: providers.PartCapture, AmountMinor: amount, IdempotencyKey: key, CreatedAt: now})
+	}
+	if p.final() || h.captured >= limit { // nothing left to capture
+		h.status = h.settled()
+	}
 	h.touch(now)
 	op.AmountMinor, op.Outcome = amount, OutcomeSucceeded
 	return outcome{status: http.StatusOK, body: h.view(now), op: op}
@@ -428,7 +486,10 @@ func (s *Server) capture(now time.Time, ref string, p *captureParams) outcome {
 
 // cancel voids an authorized hold, or ends a challenge nobody completed
 // (requires_action: nothing was held, so nothing is released, and the
-// challenge page then says it expired). Called with s.mu held.
+// challenge page then says it expired). A hold partly captured
+// (multicapture) releases the rest and ends captured, as Stripe's
+// PaymentIntent ends succeeded: the captures stand and stay refundable.
+// Called with s.mu held.
 func (s *Server) cancel(now time.Time, ref string) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref}
@@ -441,11 +502,14 @@ func (s *Server) cancel(now time.Time, ref string) outcome {
 		return refused(op, rejected(providers.CodeStateConflict, "only an authorized hold or one waiting for authentication can be canceled; this one is %s", h.view(now).Status))
 	}
 	h.status = providers.StatusCanceled
-	h.touch(now)
 	op.AmountMinor, op.Outcome = h.amount, OutcomeSucceeded
-	if waiting {
+	switch {
+	case waiting:
 		op.AmountMinor = 0
+	case h.captured > 0:
+		h.status, op.AmountMinor = h.settled(), max(h.amount-h.captured, 0)
 	}
+	h.touch(now)
 	return outcome{status: http.StatusOK, body: h.view(now), op: op}
 }
 

@@ -83,6 +83,12 @@ func fingerprint(pattern, ref string, p params, cardKey []byte) [32]byte {
 // faults, claim the (endpoint, key) or replay / refuse, execute exactly once
 // under the state lock, store the answer (and persist the state), answer.
 func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p params, exec func(now time.Time) outcome) {
+	s.serveKeyed(w, r, op, p, func(now time.Time, _ faultPlan) outcome { return exec(now) })
+}
+
+// serveKeyed is serveWrite for an operation whose execution a fault can
+// change (a decline fault on an increment): exec gets the call's plan.
+func (s *Server) serveKeyed(w http.ResponseWriter, r *http.Request, op Op, p params, exec func(now time.Time, plan faultPlan) outcome) {
 	key := r.Header.Get("Idempotency-Key")
 	if e := checkKey(key); e != nil {
 		writeError(w, e)
@@ -128,7 +134,7 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op Op, p par
 
 	s.mu.Lock()
 	now := s.now()
-	out := exec(now)
+	out := exec(now, plan)
 	if out.err != nil {
 		out.status, out.body = out.err.status, errorBody{Error: out.err.wireError}
 	}

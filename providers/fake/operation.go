@@ -9,8 +9,8 @@ import (
 // faults.
 type Op string
 
-// Operations. Only the writes that move money (authorize, which is the
-// confirmation of a created hold, capture, cancel, refund) are logged;
+// Operations. The writes (authorize, which is the confirmation of a
+// created hold, capture, cancel, refund, extend, increment) are logged;
 // faults can target every one.
 const (
 	// OpCreate creates a hold in requires_confirmation; nothing is held.
@@ -21,6 +21,9 @@ const (
 	OpRefund    Op = "refund"
 	// OpExtend moves an authorized hold's deadline later (no money moves).
 	OpExtend Op = "extend"
+	// OpIncrement raises an authorized hold granted incremental
+	// authorization to a new total.
+	OpIncrement Op = "increment"
 	// OpAuthenticate is the cardholder completing (or failing) a 3-D
 	// Secure challenge: the hold placed (or declined) at last. It is
 	// logged with the key of the confirmation that started the challenge;
@@ -33,7 +36,7 @@ const (
 // valid reports whether o is a known operation.
 func (o Op) valid() bool {
 	switch o {
-	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpExtend, OpLookup, OpReport:
+	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpExtend, OpIncrement, OpLookup, OpReport:
 		return true
 	}
 	return false
@@ -63,7 +66,8 @@ type Operation struct {
 	RefundRef string `json:"refund_ref,omitempty"`
 	PaymentID string `json:"payment_id,omitempty"`
 	// AmountMinor is the amount authorized, captured, released by the
-	// cancel, or refunded; the requested amount when refused.
+	// cancel, or refunded, or the new total of an increment; the
+	// requested amount when refused.
 	AmountMinor int64 `json:"amount_minor"`
 	// Outcome is OutcomeSucceeded or the error code answered
 	// (card_declined, state_conflict, ...).

@@ -55,8 +55,10 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {
 	s.serveWrite(w, r, OpRefund, &p, func(now time.Time) outcome { return s.refund(now, ref, &p) })
 }
 
-// refund refunds part or the rest of a captured hold; refunds add up to at
-// most the captured amount. Called with s.mu held.
+// refund refunds part or the rest of a captured hold, or of the captures
+// so far of a hold still authorized (multicapture: it stays authorized,
+// its rest capturable); refunds add up to at most the captured amount.
+// Called with s.mu held.
 func (s *Server) refund(now time.Time, ref string, p *refundParams) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
@@ -64,7 +66,8 @@ func (s *Server) refund(now time.Time, ref string, p *refundParams) outcome {
 		return refused(op, notFound("hold", ref))
 	}
 	op.PaymentID = h.metadata[metaPaymentID]
-	if h.status != providers.StatusCaptured && h.status != providers.StatusPartiallyRefunded {
+	partly := h.status == providers.StatusAuthorized && h.captured > 0
+	if h.status != providers.StatusCaptured && h.status != providers.StatusPartiallyRefunded && !partly {
 		return refused(op, rejected(providers.CodeStateConflict, "only a captured hold can be refunded; this one is %s", h.view(now).Status))
 	}
 	left := h.captured - h.refunded
@@ -76,9 +79,8 @@ func (s *Server) refund(now time.Time, ref string, p *refundParams) outcome {
 		return refused(op, rejected(providers.CodeAmountTooLarge, "amount_minor %d is more than the %d left to refund", amount, left))
 	}
 	h.refunded += amount
-	h.status = providers.StatusPartiallyRefunded
-	if h.refunded == h.captured {
-		h.status = providers.StatusRefunded
+	if !partly {
+		h.status = h.settled()
 	}
 	h.touch(now)
 	rf := &refund{ref: newID("fr_"), holdRef: h.ref, amount: amount, created: now}

@@ -23,6 +23,9 @@ type Row struct {
 	Currency      string           `json:"currency"`
 	CreatedAt     time.Time        `json:"created_at"`
 	UpdatedAt     time.Time        `json:"updated_at"`
+	// Parts are the hold's increments and captures, in order; none for a
+	// hold that had neither, or was seeded.
+	Parts []Part `json:"parts,omitempty"`
 }
 
 // ReportRow converts r to the seam's type.
@@ -37,6 +40,7 @@ func (r Row) ReportRow() providers.ReportRow {
 		Currency:      r.Currency,
 		CreatedAt:     r.CreatedAt,
 		UpdatedAt:     r.UpdatedAt,
+		Parts:         reportParts(r.Parts),
 	}
 }
 
@@ -77,6 +81,8 @@ func (h *hold) row(now time.Time) Row {
 		Ref: v.Ref, PaymentID: v.PaymentID, Status: v.Status,
 		AmountMinor: v.AmountMinor, CapturedMinor: v.CapturedMinor, RefundedMinor: v.RefundedMinor,
 		Currency: v.Currency, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
+		// A copy: drifts alter the row's parts, never the hold's.
+		Parts: slices.Clone(h.parts),
 	}
 }
 
@@ -206,6 +212,8 @@ func (d driftIndex) apply(row Row) []Row {
 			case AmountRefunded:
 				row.RefundedMinor = x.AmountMinor
 			}
+		case DriftPartAmount, DriftPartDrop, DriftPartAdd:
+			row.Parts = x.applyToParts(row.Parts)
 		}
 	}
 	out := make([]Row, copies)

@@ -93,6 +93,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/holds/{ref}/capture", s.handleCapture)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/cancel", s.handleCancel)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/extend", s.handleExtend)
+	s.mux.HandleFunc("POST /v1/holds/{ref}/increment", s.handleIncrement)
 	s.mux.HandleFunc("POST /v1/holds/{ref}/refunds", s.handleRefund)
 	s.mux.HandleFunc("GET /v1/holds/{ref}", s.handleLookup)
 	s.mux.HandleFunc("GET /v1/report", s.handleReport)

@@ -65,6 +65,14 @@ type holdState struct {
 	ChallengeToken string  `json:"challenge_token,omitempty"`
 	NextActionURL  string  `json:"next_action_url,omitempty"`
 	AuthResult     string  `json:"auth_result,omitempty"`
+	// Flexible holds (flex.go); absent from the files of builds before
+	// them, which read as a hold that asked for none.
+	FlexRule       flexRule `json:"flex_rule,omitempty"`
+	Asked          flexAsk  `json:"asked,omitzero"`
+	Granted        flexAsk  `json:"granted,omitzero"`
+	MaxAmountMinor int64    `json:"max_amount_minor,omitempty"`
+	OvercapturePct int      `json:"overcapture_percent,omitempty"`
+	Parts          []Part   `json:"parts,omitempty"`
 }
 
 // refundState is a refund as stored.
@@ -172,6 +180,8 @@ func (s *Server) snapshotLocked() *stateDoc {
 			ExpiryNotified: h.expiryNotified,
 			ThreeDS:        h.threeDS, ReturnURL: h.returnURL, RequestThreeDS: h.requestThreeDS, ConfirmKey: h.confirmKey,
 			ChallengeToken: h.challengeToken, NextActionURL: h.nextActionURL, AuthResult: h.authResult,
+			FlexRule: h.flexRule, Asked: h.asked, Granted: h.granted, MaxAmountMinor: h.maxAmount,
+			OvercapturePct: h.overcapturePct, Parts: h.parts,
 		})
 	}
 	for _, rf := range s.refunds {
@@ -280,6 +290,9 @@ func (s *Server) restore(b []byte) error {
 		if (d.Kind == DriftAdd) != (d.Row != nil) {
 			return fmt.Errorf("drift %d: only an add drift has a row, and it must", i+1)
 		}
+		if (d.Kind == DriftPartAdd) != (d.NewPart != nil) {
+			return fmt.Errorf("drift %d: only a part_add drift has a new_part, and it must", i+1)
+		}
 	}
 	if len(doc.Drifts) > 0 {
 		s.drifts = doc.Drifts
@@ -299,6 +312,13 @@ func (s *Server) restoreHold(i int, hs holdState) (*hold, error) {
 		return nil, fmt.Errorf("hold %s has an unknown status %q", hs.Ref, hs.Status)
 	case hs.Status == providers.StatusRequiresAction && (hs.ChallengeToken == "" || hs.NextActionURL == ""):
 		return nil, fmt.Errorf("hold %s waits for authentication without a challenge", hs.Ref)
+	case hs.FlexRule != flexGranted && hs.FlexRule != flexUnavailable && hs.FlexRule != flexIncrementDeclined:
+		return nil, fmt.Errorf("hold %s has an unknown flex_rule %q", hs.Ref, hs.FlexRule)
+	}
+	for _, p := range hs.Parts {
+		if !validPartKind(p.Kind) {
+			return nil, fmt.Errorf("hold %s has a part of unknown kind %q", hs.Ref, p.Kind)
+		}
 	}
 	meta := hs.Metadata
 	if meta == nil {
@@ -313,5 +333,7 @@ func (s *Server) restoreHold(i int, hs holdState) (*hold, error) {
 		expiryNotified: hs.ExpiryNotified,
 		threeDS:        hs.ThreeDS, returnURL: hs.ReturnURL, requestThreeDS: hs.RequestThreeDS, confirmKey: hs.ConfirmKey,
 		challengeToken: hs.ChallengeToken, nextActionURL: hs.NextActionURL, authResult: hs.AuthResult,
+		flexRule: hs.FlexRule, asked: hs.Asked, granted: hs.Granted, maxAmount: hs.MaxAmountMinor,
+		overcapturePct: hs.OvercapturePct, parts: hs.Parts,
 	}, nil
 }

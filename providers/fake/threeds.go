@@ -168,6 +168,7 @@ func (s *Server) completeChallengeLocked(now time.Time, h *hold, complete bool) 
 		ObjectID: h.ref, AmountMinor: h.amount, Currency: h.currency}}
 	if complete {
 		h.status, h.captureBefore, h.authResult = providers.StatusAuthorized, now.Add(s.cfg.HoldLifetime), authSucceeded
+		s.grantLocked(h)
 		op.Outcome, ev.Type = OutcomeSucceeded, EventHoldAuthorized
 	} else {
 		h.status, h.declineCode, h.authResult = providers.StatusDeclined, providers.CodeAuthenticationFailed, authFailed

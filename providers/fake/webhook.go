@@ -35,6 +35,11 @@ const (
 	// EventHoldPaymentFailed: an authorization that waited for the
 	// cardholder failed; failure_code says why (authentication_failed).
 	EventHoldPaymentFailed = "hold.payment_failed"
+	// EventHoldAmountUpdated: an increment raised the hold; amount_minor
+	// is the new total (Stripe's payment_intent.amount_capturable_updated).
+	// payorch settles an increment by its own answer or a lookup, so it
+	// maps to providers.WebhookUnknown.
+	EventHoldAmountUpdated = "hold.amount_updated"
 )
 
 // eventKinds maps the fake's event types to the providers' kinds.
@@ -49,6 +54,7 @@ var eventKinds = map[string]providers.WebhookKind{
 	EventDisputeCreated:     providers.WebhookDisputeOpened,
 	EventHoldRequiresAction: providers.WebhookRequiresAction,
 	EventHoldPaymentFailed:  providers.WebhookAuthorizationFailed,
+	EventHoldAmountUpdated:  providers.WebhookUnknown,
 }
 
 // Event is one webhook of the fake provider, as sent.

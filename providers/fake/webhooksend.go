@@ -199,6 +199,8 @@ func (s *Server) emitForLocked(op Op, key string, rec Operation) {
 		typ, d.FailureCode = EventCaptureFailed, rec.Outcome
 	case op == OpCancel && ok:
 		typ = EventHoldCanceled
+	case op == OpIncrement && ok:
+		typ, d.AmountMinor = EventHoldAmountUpdated, h.amount
 	case op == OpRefund && ok:
 		typ, d.ObjectID = EventRefundSucceeded, rec.RefundRef
 	case op == OpRefund:
@@ -241,8 +243,9 @@ func (s *Server) NotifyExpiredHolds() int {
 		}
 		h.expiryNotified = true
 		n++
+		// A hold partly captured (multicapture) releases the rest.
 		s.emitLocked(Event{Type: EventHoldExpired, Data: EventData{HoldRef: h.ref, PaymentID: h.metadata[metaPaymentID],
-			ObjectID: h.ref, AmountMinor: h.amount, Currency: h.currency}})
+			ObjectID: h.ref, AmountMinor: max(h.amount-h.captured, 0), Currency: h.currency}})
 	}
 	if n > 0 {
 		s.persistLocked()
