@@ -39,6 +39,13 @@ type amountRequest struct {
 	AmountMinor minorUnits `json:"amount_minor"`
 }
 
+// incrementRequest is the body of increment: the hold's new total, or by
+// how much to raise it.
+type incrementRequest struct {
+	AmountMinor   minorUnits `json:"amount_minor"`
+	IncreaseMinor minorUnits `json:"increase_minor"`
+}
+
 // captureRequest is the body of capture: final_capture false leaves the
 // rest of a multicapture hold capturable.
 type captureRequest struct {
@@ -149,15 +156,21 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	switch op {
 	case orchestrator.OpCancel, orchestrator.OpExtend, orchestrator.OpConfirm:
 		dst = &emptyRequest{}
-	case orchestrator.OpRefund, orchestrator.OpIncrement:
+	case orchestrator.OpRefund:
 		dst = &amountRequest{}
+	case orchestrator.OpIncrement:
+		dst = &incrementRequest{}
 	}
 	key, fp, err := keyedRequest(c, op, map[string]string{"id": id}, dst)
 	if err != nil {
 		return err
 	}
-	if r, ok := dst.(*amountRequest); ok {
+	var increase int64
+	switch r := dst.(type) {
+	case *amountRequest:
 		req.AmountMinor = r.AmountMinor
+	case *incrementRequest:
+		req.AmountMinor, increase = r.AmountMinor, r.IncreaseMinor.value
 	}
 	amount := req.AmountMinor
 	notFinal := req.FinalCapture != nil && !bool(*req.FinalCapture)
@@ -172,7 +185,8 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	c.SetRequest(c.Request().WithContext(orchestrator.WithLogAttrs(c.Request().Context(), slog.String("payment_id", id))))
 	return s.idempotent(c, op, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
 		out, err := do(s.svc, ctx, claim, orchestrator.OperationInput{
-			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value, NotFinal: notFinal})
+			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value, NotFinal: notFinal,
+			IncreaseMinor: increase})
 		return moneyResult(claim, id, out, err)
 	})
 }

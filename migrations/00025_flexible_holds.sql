@@ -3,8 +3,8 @@
 --
 -- payments gains what the connector granted of what the authorization
 -- asked for, as Stripe reports it per card: incremental_authorization,
--- multicapture, overcapture ('available' | 'unavailable'; NULL when not
--- asked), max_capturable_minor (with overcapture, the most that may be
+-- multicapture, overcapture ('requested' while the payment is pending,
+-- then 'available' | 'unavailable'; NULL when not asked), max_capturable_minor (with overcapture, the most that may be
 -- captured in all) and max_amount_minor (with increments, the most the
 -- hold may be raised to, when the connector states it). captured_minor
 -- may then exceed amount_minor, up to max_capturable_minor.
@@ -28,8 +28,9 @@ ALTER TABLE payments
     ADD COLUMN max_capturable_minor bigint,
     ADD COLUMN max_amount_minor bigint,
     -- (NULL IN (…) is NULL, which a CHECK lets through: not asked.)
-    ADD CONSTRAINT payments_flex_check CHECK (incremental_authorization IN ('available', 'unavailable')
-        AND multicapture IN ('available', 'unavailable') AND overcapture IN ('available', 'unavailable')),
+    ADD CONSTRAINT payments_flex_check CHECK (incremental_authorization IN ('requested', 'available', 'unavailable')
+        AND multicapture IN ('requested', 'available', 'unavailable')
+        AND overcapture IN ('requested', 'available', 'unavailable')),
     DROP CONSTRAINT payments_captured_minor_check,
     ADD CONSTRAINT payments_captured_minor_check
         CHECK (captured_minor >= 0 AND captured_minor <= greatest(amount_minor, coalesce(max_capturable_minor, 0)));

@@ -126,9 +126,18 @@ func (s *Service) checkFlexSupport(connector string, in AuthorizeInput) error {
 // operation). Errors: not_found, not_supported, payment_state_conflict,
 // validation_failed, amount_exceeds_limit, payment_declined,
 // provider_unavailable, internal.
+//
+// in.IncreaseMinor instead raises it by that much, on the hold as it is
+// when the increment's turn comes (the new total is fixed then, and kept
+// with the increment): concurrent increments by amounts all apply, one
+// after the other, where concurrent new totals only apply while each is
+// above the one before.
 func (s *Service) Increment(ctx context.Context, c *Claim, in OperationInput) (Outcome, error) {
-	if in.AmountMinor <= 0 {
-		return Outcome{}, ParamError("amount_minor", "amount_minor, the hold's new total, is required")
+	switch {
+	case (in.AmountMinor > 0) == (in.IncreaseMinor > 0):
+		return Outcome{}, ParamError("amount_minor", "give amount_minor (the hold's new total) or increase_minor (by how much), one of them")
+	case in.IncreaseMinor < 0 || in.IncreaseMinor > MaxAmountMinor:
+		return Outcome{}, ParamError("increase_minor", "increase_minor must be a whole number from 1 to %d", int64(MaxAmountMinor))
 	}
 	return s.moveMoney(ctx, c, opIncrement, in)
 }

@@ -1,13 +1,17 @@
 package orchestrator_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/payorch/payorch/orchestrator"
 	"github.com/payorch/payorch/providers"
+	"github.com/payorch/payorch/providers/fake"
 )
 
 // flexBody is an authorization of amount EUR asking for the flexible-hold
@@ -122,7 +126,7 @@ func TestFlexibleHolds(t *testing.T) {
 		p := e.flexAuthorized(t, "c1", 1000, "incremental")
 		totals := make([]int64, 20)
 		for i := range totals {
-			totals[i] = 1050 + int64(i)*50
+			totals[i] = 1020 + int64(i)*20
 		}
 		rand.Shuffle(len(totals), func(i, j int) { totals[i], totals[j] = totals[j], totals[i] })
 		var wg sync.WaitGroup
@@ -132,12 +136,13 @@ func TestFlexibleHolds(t *testing.T) {
 		}
 		wg.Wait()
 		var highest int64
+		applied := 0
 		for i, a := range answers {
 			key := fmt.Sprintf("c1-%d", totals[i])
 			ops := e.fakeOps(t, orchestrator.OpIncrement, key)
 			switch {
 			case a.err == nil:
-				highest = max(highest, totals[i])
+				highest, applied = max(highest, totals[i]), applied+1
 				if len(ops) != 1 {
 					t.Fatalf("%s applied, %d increments at the provider", key, len(ops))
 				}
@@ -155,6 +160,7 @@ func TestFlexibleHolds(t *testing.T) {
 			t.Fatalf("amount %d, the provider's %d, want the highest applied %d", got.AmountMinor,
 				e.fakeHold(t, p).AmountMinor, highest)
 		}
+		t.Logf("%d of 20 increments applied, the others refused as not above the total before them", applied)
 		// The same key twenty times: one increment.
 		var same sync.WaitGroup
 		for range 20 {
@@ -163,6 +169,33 @@ func TestFlexibleHolds(t *testing.T) {
 		same.Wait()
 		if n := len(e.fakeOps(t, orchestrator.OpIncrement, "c1-same")); n != 1 {
 			t.Fatalf("one key twenty times: %d increments at the provider", n)
+		}
+	})
+
+	t.Run("ConcurrentIncreasesAllApply", func(t *testing.T) {
+		t.Parallel()
+		e := w.newTenant(t)
+		p := e.flexAuthorized(t, "d1", 1000, "incremental")
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() {
+				if a := e.operation(t, orchestrator.OpIncrement, (*orchestrator.Service).Increment, p.ID,
+					fmt.Sprintf("d1-%d", i), `{"increase_minor":25}`); a.err != nil {
+					t.Errorf("increase %d: %v", i, a.err)
+				}
+			})
+		}
+		wg.Wait()
+		for i := range 20 {
+			if n := len(e.fakeOps(t, orchestrator.OpIncrement, fmt.Sprintf("d1-%d", i))); n != 1 {
+				t.Fatalf("increase %d: %d increments at the provider", i, n)
+			}
+		}
+		if got, h := e.payment(t, p.ID), e.fakeHold(t, p); got.AmountMinor != 1500 || h.AmountMinor != 1500 {
+			t.Fatalf("amount %d, the provider's %d, want 1500", got.AmountMinor, h.AmountMinor)
+		}
+		if n := e.eventsOf(t, p.ID, orchestrator.EventAmountIncreased); n != 20 {
+			t.Fatalf("%d %s events, want 20", n, orchestrator.EventAmountIncreased)
 		}
 	})
 
@@ -262,4 +295,67 @@ func TestFlexibleHolds(t *testing.T) {
 			t.Fatalf("to the maximum: %+v %v", last.out.Payment, last.err)
 		}
 	})
+}
+
+// TestLostIncrementIsSettledByLookup: the provider raised the hold and
+// the answer was lost; the resolver sees the hold at the new total and
+// settles the increment without sending it again, and the client's retry
+// gets the settled answer.
+func TestLostIncrementIsSettledByLookup(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t, time.Second)
+	ctx := context.Background()
+	p := e.flexAuthorized(t, "p1", 1000, "incremental")
+	e.arm(t, orchestrator.OpIncrement, "op1", fake.Fault{Operation: fake.OpIncrement, Kind: fake.FaultTimeoutAfterExecute, Count: 1})
+	a := e.increment(t, p.ID, "op1", 1500)
+	if a.err != nil || !a.out.Pending || a.stored != nil || a.out.Payment.AmountMinor != 1000 {
+		t.Fatalf("lost answer: %+v %v", a.out, a.err)
+	}
+	if h := e.fakeHold(t, p); h.AmountMinor != 1500 {
+		t.Fatalf("the provider holds %d", h.AmountMinor)
+	}
+	e.clk.Add(2 * time.Minute)
+	st, err := e.svc.ResolvePending(ctx, time.Minute, 10)
+	if err != nil || st != (orchestrator.ResolveStats{Examined: 1, Settled: 1}) {
+		t.Fatalf("resolve: %+v %v", st, err)
+	}
+	if got := e.payment(t, p.ID); got.AmountMinor != 1500 || got.Status != orchestrator.StatusAuthorized {
+		t.Fatalf("settled payment: %+v", got)
+	}
+	if ops := e.fakeOps(t, orchestrator.OpIncrement, "op1"); len(ops) != 1 {
+		t.Fatalf("increments at the provider: %+v", ops)
+	}
+	h := e.history(t, p.ID)
+	if n := slices.Index(h, "provider_call increment unknown"); n < 0 || !slices.Contains(h[n:], "provider_call lookup ok") ||
+		slices.Contains(h[n+1:], "provider_call increment ok") {
+		t.Fatalf("history: %q", h)
+	}
+	retry := e.increment(t, p.ID, "op1", 1500)
+	if retry.err != nil || retry.out.Pending || retry.stored == nil || retry.out.Payment.AmountMinor != 1500 {
+		t.Fatalf("retry: %+v %v", retry.out, retry.err)
+	}
+	if ops := e.fakeOps(t, orchestrator.OpIncrement, "op1"); len(ops) != 1 {
+		t.Fatalf("increments at the provider after the retry: %+v", ops)
+	}
+}
+
+// TestDeclinedIncrementLeavesTheHold: a declined increment is 402 and
+// changes nothing of the hold.
+func TestDeclinedIncrementLeavesTheHold(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t, 0)
+	p := e.flexAuthorized(t, "p1", 1000, "incremental")
+	e.arm(t, orchestrator.OpIncrement, "up", fake.Fault{Operation: fake.OpIncrement, Kind: fake.FaultDecline, Count: 1})
+	a := e.increment(t, p.ID, "up", 1500)
+	wantRefusal(t, a.err, orchestrator.CodePaymentDeclined, "")
+	if a.stored == nil || a.stored.Status != 402 {
+		t.Fatalf("stored answer %+v", a.stored)
+	}
+	if got, h := e.payment(t, p.ID), e.fakeHold(t, p); got.AmountMinor != 1000 || h.AmountMinor != 1000 {
+		t.Fatalf("amount %d, the provider's %d", got.AmountMinor, h.AmountMinor)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payment_operations WHERE payment_id = $1 AND kind = 'increment' AND status = 'failed'`,
+		p.ID); n != 1 {
+		t.Fatalf("%d failed increments recorded", n)
+	}
 }

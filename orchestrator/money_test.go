@@ -143,6 +143,15 @@ func (g *gatedProvider) ExtendHold(ctx context.Context, req providers.ExtendRequ
 	return g.Provider.(providers.HoldExtender).ExtendHold(ctx, req)
 }
 
+// IncrementAuthorization and FlexibleHolds go through to the fake.
+func (g *gatedProvider) IncrementAuthorization(ctx context.Context, req providers.IncrementRequest) (providers.Hold, error) {
+	return g.Provider.(providers.Incrementer).IncrementAuthorization(ctx, req)
+}
+
+func (g *gatedProvider) FlexibleHolds() providers.FlexSupport {
+	return g.Provider.(providers.FlexibleHolds).FlexibleHolds()
+}
+
 // Refund waits for req.Key's gate, if any, then refunds.
 func (g *gatedProvider) Refund(ctx context.Context, req providers.RefundRequest) (providers.Refund, error) {
 	g.mu.Lock()
@@ -332,8 +341,9 @@ type operationMethod func(*orchestrator.Service, context.Context, *orchestrator.
 // ({} or {"amount_minor":N}) under key.
 func (e *moneyEnv) operation(t *testing.T, op string, do operationMethod, id, key, body string) answer {
 	var in struct {
-		AmountMinor  int64 `json:"amount_minor"`
-		FinalCapture *bool `json:"final_capture"`
+		AmountMinor   int64 `json:"amount_minor"`
+		IncreaseMinor int64 `json:"increase_minor"`
+		FinalCapture  *bool `json:"final_capture"`
 	}
 	if err := json.Unmarshal([]byte(body), &in); err != nil {
 		t.Errorf("%s body %s: %v", op, body, err)
@@ -342,7 +352,7 @@ func (e *moneyEnv) operation(t *testing.T, op string, do operationMethod, id, ke
 	fp := fingerprint(t, op, map[string]string{"id": id}, body)
 	return e.keyed(t, op, id, key, fp, func(ctx context.Context, c *orchestrator.Claim) (orchestrator.Outcome, error) {
 		return do(e.svc, ctx, c, orchestrator.OperationInput{TenantID: e.tenant, PaymentID: id, Key: key,
-			AmountMinor: in.AmountMinor, NotFinal: notFinal})
+			AmountMinor: in.AmountMinor, NotFinal: notFinal, IncreaseMinor: in.IncreaseMinor})
 	})
 }
 

@@ -72,6 +72,9 @@ type OperationInput struct {
 	// NotFinal: a capture of a multicapture hold that leaves the rest
 	// capturable (final_capture false).
 	NotFinal bool
+	// IncreaseMinor: an increment by this much, on the hold as it is when
+	// the increment's turn comes, instead of to the total AmountMinor.
+	IncreaseMinor int64
 }
 
 var opMeta = map[opKind]struct {
@@ -356,6 +359,9 @@ func (s *Service) admit(kind opKind, p Payment, in OperationInput, now time.Time
 	amount := in.AmountMinor
 	switch kind {
 	case opIncrement:
+		if in.IncreaseMinor > 0 {
+			amount = p.AmountMinor + in.IncreaseMinor
+		}
 		expire, err := admitIncrement(p, amount, now)
 		return amount, expire, err
 	case opCapture, opCancel:
