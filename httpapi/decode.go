@@ -111,17 +111,25 @@ type minorUnits struct {
 	value int64
 }
 
-func (m *minorUnits) UnmarshalJSON(b []byte) error {
+func (m *minorUnits) UnmarshalJSON(b []byte) error { return m.decode(b, "amount_minor") }
+
+// increaseUnits is minorUnits for the field increase_minor.
+type increaseUnits struct{ minorUnits }
+
+func (m *increaseUnits) UnmarshalJSON(b []byte) error { return m.decode(b, "increase_minor") }
+
+// decode reads an amount in minor units from b, errors naming field.
+func (m *minorUnits) decode(b []byte, field string) error {
 	s := string(bytes.TrimSpace(b))
 	if s == "null" {
-		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units, not null"}
+		return &fieldError{field, field + " must be an integer number of minor units, not null"}
 	}
 	if len(s) == 0 || s[0] == '"' || len(s) > orchestrator.MaxNumberLen || strings.ContainsAny(s, "eE") && len(s) > 24 {
-		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units"}
+		return &fieldError{field, field + " must be an integer number of minor units"}
 	}
 	r, ok := new(big.Rat).SetString(s)
 	if !ok || !r.IsInt() || !r.Num().IsInt64() {
-		return &fieldError{"amount_minor", "amount_minor must be an integer number of minor units (no fractions: 10.50 EUR is 1050)"}
+		return &fieldError{field, field + " must be an integer number of minor units (no fractions: 10.50 EUR is 1050)"}
 	}
 	m.set, m.value = true, r.Num().Int64()
 	return nil

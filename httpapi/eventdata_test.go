@@ -75,7 +75,7 @@ func schemaOf(typ string) string {
 		return "Dispute"
 	case kind == "payment":
 		return "Payment"
-	case kind == "capture" || kind == "cancel" || kind == "refund":
+	case kind == "capture" || kind == "cancel" || kind == "refund" || kind == "increment":
 		return strings.ToUpper(kind[:1]) + kind[1:]
 	case typ == "webhook_endpoint.disabled":
 		return "WebhookEndpoint"
@@ -313,6 +313,25 @@ func TestEventsAreTheAPIObjects(t *testing.T) {
 	}
 	post(t, payPath(p9.ID)+"/confirm", merchant, "p9-c", `{}`, 200)
 	ev.check(t, merchant, "payment.authorized", p9.ID, ev.get(t, merchant, payPath(p9.ID)))
+
+	// A flexible hold: raised, an increment declined, captured in a part
+	// and then the rest.
+	p10 := authorize(t, "p10", `{"amount_minor":1000,"currency":"EUR","request_incremental_authorization":true,`+
+		`"request_multicapture":true}`)
+	inc := post(t, payPath(p10.ID)+"/increment", merchant, "p10-i", `{"amount_minor":1400}`, 200)
+	ev.check(t, merchant, "payment.amount_increased", p10.ID, inc)
+	ev.check(t, merchant, "increment.succeeded", p10.ID, nil)
+	if err := e.fake.InjectFault(ctx, fake.Fault{Operation: fake.OpIncrement, Kind: fake.FaultDecline,
+		IdempotencyKey: providers.ForwardedKey(e.tenant, orchestrator.OpIncrement, "p10-d")}); err != nil {
+		t.Fatal(err)
+	}
+	res, b = ev.do(t, call{method: "POST", path: payPath(p10.ID) + "/increment", apiKey: merchant, idemKey: "p10-d",
+		body: `{"increase_minor":100}`})
+	wantProblem(t, res, b, 402, "payment_declined")
+	ev.check(t, merchant, "increment.failed", p10.ID, nil)
+	post(t, payPath(p10.ID)+"/capture", merchant, "p10-c1", `{"amount_minor":400,"final_capture":false}`, 200)
+	post(t, payPath(p10.ID)+"/capture", merchant, "p10-c2", `{}`, 200)
+	ev.check(t, merchant, "payment.captured", p10.ID, ev.get(t, merchant, payPath(p10.ID)))
 
 	// An endpoint failing for 3 days is disabled.
 	failing := decode[webhookEndpoint](t, post(t, "/v1/webhook_endpoints", merchant, "ep-2",

@@ -372,6 +372,42 @@ func TestOpenAPIContract(t *testing.T) {
 		res, b = ct.do(t, call{method: "POST", path: "/v1/payments/" + other.ID + "/extend", apiKey: merchant, idemKey: "c-ext-2"})
 		wantProblem(t, res, b, 409, "payment_state_conflict")
 
+		// A flexible hold: raised to a total, then by an amount; captured in
+		// a part, then above the hold (overcapture), finally.
+		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-flex",
+			body: `{"amount_minor":1000,"currency":"EUR","request_incremental_authorization":true,` +
+				`"request_multicapture":true,"request_overcapture":true}`})
+		wantStatus(t, res, b, 201)
+		flex := decode[payment](t, b)
+		if !strings.Contains(string(b), `"incremental_authorization":"available","multicapture":"available","overcapture":"available"`) {
+			t.Fatalf("flexible hold: %s", b)
+		}
+		flexPath := "/v1/payments/" + flex.ID
+		res, b = ct.do(t, call{method: "POST", path: flexPath + "/increment", apiKey: merchant, idemKey: "c-flex-i1",
+			body: `{"amount_minor":1200}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: flexPath + "/increment", apiKey: merchant, idemKey: "c-flex-i2",
+			body: `{"increase_minor":100}`})
+		wantStatus(t, res, b, 200)
+		if decode[payment](t, b).AmountMinor != 1300 {
+			t.Fatalf("increments: %s", b)
+		}
+		res, b = ct.do(t, call{method: "POST", path: flexPath + "/increment", apiKey: merchant, idemKey: "c-flex-i3",
+			body: `{"amount_minor":1300}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "POST", path: flexPath + "/capture", apiKey: merchant, idemKey: "c-flex-c1",
+			body: `{"amount_minor":500,"final_capture":false}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "POST", path: flexPath + "/capture", apiKey: merchant, idemKey: "c-flex-c2",
+			body: `{"amount_minor":99999}`})
+		wantProblem(t, res, b, 422, "amount_exceeds_limit")
+		res, b = ct.do(t, call{method: "POST", path: flexPath + "/capture", apiKey: merchant, idemKey: "c-flex-c3",
+			body: `{"amount_minor":900}`})
+		wantStatus(t, res, b, 200)
+		if p := decode[payment](t, b); p.Status != "captured" || p.CapturedMinor != 1400 {
+			t.Fatalf("overcapture: %s", b)
+		}
+
 		// A 3-D Secure challenge: confirmed while open (202), then after
 		// the shopper completed it (200, authorized).
 		res, b = ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-3ds",

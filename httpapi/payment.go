@@ -42,15 +42,27 @@ type amountRequest struct {
 // incrementRequest is the body of increment: the hold's new total, or by
 // how much to raise it.
 type incrementRequest struct {
-	AmountMinor   minorUnits `json:"amount_minor"`
-	IncreaseMinor minorUnits `json:"increase_minor"`
+	AmountMinor   minorUnits    `json:"amount_minor"`
+	IncreaseMinor increaseUnits `json:"increase_minor"`
 }
 
 // captureRequest is the body of capture: final_capture false leaves the
 // rest of a multicapture hold capturable.
 type captureRequest struct {
-	AmountMinor  minorUnits  `json:"amount_minor"`
-	FinalCapture *strictBool `json:"final_capture"`
+	AmountMinor  minorUnits   `json:"amount_minor"`
+	FinalCapture finalCapture `json:"final_capture"`
+}
+
+// finalCapture is capture's final_capture: true or false (never null).
+type finalCapture struct{ set, value bool }
+
+func (f *finalCapture) UnmarshalJSON(b []byte) error {
+	var v strictBool
+	if err := v.UnmarshalJSON(b); err != nil {
+		return &fieldError{"final_capture", "final_capture must be true or false"}
+	}
+	f.set, f.value = true, bool(v)
+	return nil
 }
 
 // emptyRequest is the body of cancel: nothing, or {}.
@@ -165,15 +177,22 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	if err != nil {
 		return err
 	}
-	var increase int64
+	var increase minorUnits
 	switch r := dst.(type) {
 	case *amountRequest:
 		req.AmountMinor = r.AmountMinor
 	case *incrementRequest:
-		req.AmountMinor, increase = r.AmountMinor, r.IncreaseMinor.value
+		req.AmountMinor, increase = r.AmountMinor, r.IncreaseMinor.minorUnits
+		if increase.set && (increase.value <= 0 || increase.value > orchestrator.MaxAmountMinor) {
+			return orchestrator.ParamError("increase_minor", "increase_minor must be a whole number from 1 to %d",
+				int64(orchestrator.MaxAmountMinor))
+		}
+		if increase.set == r.AmountMinor.set {
+			return orchestrator.ParamError("amount_minor", "give amount_minor (the hold's new total) or increase_minor (by how much), one of them")
+		}
 	}
 	amount := req.AmountMinor
-	notFinal := req.FinalCapture != nil && !bool(*req.FinalCapture)
+	notFinal := req.FinalCapture.set && !req.FinalCapture.value
 	if amount.set && (amount.value <= 0 || amount.value > orchestrator.MaxAmountMinor) {
 		return orchestrator.ParamError("amount_minor", "amount_minor must be a whole number from 1 to %d (omit it for the whole amount)",
 			int64(orchestrator.MaxAmountMinor))
@@ -186,7 +205,7 @@ func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) e
 	return s.idempotent(c, op, key, fp, func(ctx context.Context, claim *orchestrator.Claim) (result, error) {
 		out, err := do(s.svc, ctx, claim, orchestrator.OperationInput{
 			TenantID: p.TenantID, PaymentID: id, Key: key, AmountMinor: amount.value, NotFinal: notFinal,
-			IncreaseMinor: increase})
+			IncreaseMinor: increase.value})
 		return moneyResult(claim, id, out, err)
 	})
 }

@@ -53,7 +53,7 @@ type Dispute struct {
 }
 
 // EventObject names the object an event of type typ carries: payment,
-// operation (capture, cancel, refund), dispute, webhook_endpoint or
+// operation (capture, cancel, refund, increment), dispute, webhook_endpoint or
 // reconciliation_run.
 func EventObject(typ string) string {
 	kind, _, _ := strings.Cut(typ, ".")
@@ -62,7 +62,7 @@ func EventObject(typ string) string {
 		return "dispute"
 	case kind == "payment":
 		return "payment"
-	case kind == string(opCapture) || kind == string(opCancel) || kind == string(opRefund):
+	case kind == string(opCapture) || kind == string(opCancel) || kind == string(opRefund) || kind == string(opIncrement):
 		return "operation"
 	case typ == EventEndpointDisabled:
 		return "webhook_endpoint"

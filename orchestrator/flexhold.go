@@ -252,7 +252,7 @@ func admitCapture(p Payment, amount int64, notFinal bool) (int64, error) {
 	if amount > capturable(p) {
 		if amount > p.AmountMinor-p.CapturedMinor && !granted(p.Overcapture) {
 			return 0, &Error{Code: CodeAmountExceedsAuthorized, Param: "amount_minor",
-				Message: "amount_minor exceeds what is left of the authorized amount"}
+				Message: "amount_minor exceeds the authorized amount"}
 		}
 		return 0, &Error{Code: CodeAmountExceedsLimit, Param: "amount_minor",
 			Message: "amount_minor exceeds the most the connector allows to be captured"}

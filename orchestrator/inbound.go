@@ -376,16 +376,16 @@ func (s *Service) applySettlement(ctx context.Context, tx pgx.Tx, connector stri
 		return InboundIgnoredStale, nil
 	}
 	var (
-		reserved int64
-		busy     bool
+		reserved       int64
+		busy, changing bool
 	)
 	if err := tx.QueryRow(ctx, paymentOperationsSQL, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID}).
-		Scan(&reserved, &busy); err != nil {
+		Scan(&reserved, &busy, &changing); err != nil {
 		return "", err
 	}
-	if busy {
-		// A capture or cancel of ours is in flight, without a key to
-		// prove the event is its: the resolver settles it by lookup.
+	if busy || changing {
+		// A capture, cancel or increment of ours is in flight, without a
+		// key to prove the event is its: the resolver settles it by lookup.
 		return InboundRecorded, nil
 	}
 	amount := ev.AmountMinor
