@@ -203,7 +203,7 @@ func (s *Service) recordOperation(ctx context.Context, tx pgx.Tx, c *Claim, kind
 	rows, _ := tx.Query(ctx, recordOperationSQL, withClaim(c, NamedArgs{
 		"tenant_id": p.TenantID, "operation_id": opID, "payment_id": p.ID, "kind": kind, "key": in.Key,
 		"forwarded_key": providers.ForwardedKey(in.TenantID, meta.route, in.Key), "amount_minor": amount, "now": now,
-		"final": !(kind == opCapture && in.NotFinal),
+		"final":          !(kind == opCapture && in.NotFinal),
 		"recovery_point": kind.String() + "_recorded"}))
 	op, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[operation])
 	return p, op, err
