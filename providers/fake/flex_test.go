@@ -890,6 +890,7 @@ func TestReportParts(t *testing.T) {
 			"AddZeroAmount":        {Kind: fake.DriftPartAdd, Ref: h.Ref, NewPart: &fake.Part{Kind: providers.PartCapture}},
 			"PartOnAnotherKind":    {Kind: fake.DriftDrop, Ref: h.Ref, Part: 1},
 			"NewPartOnAnotherKind": {Kind: fake.DriftPartDrop, Ref: h.Ref, Part: 1, NewPart: &fake.Part{Kind: providers.PartCapture, AmountMinor: 5}},
+			"PartOnAnAddDrift":     {Kind: fake.DriftAdd, Part: 1, Row: &fake.Row{Currency: "EUR", AmountMinor: 5}},
 			"RowPartUnknownKind": {Kind: fake.DriftAdd, Row: &fake.Row{Currency: "EUR", AmountMinor: 5,
 				Parts: []fake.Part{{Kind: "refund", AmountMinor: 5}}}},
 		} {
