@@ -1049,3 +1049,36 @@ func TestStateFileOfAnEarlierBuildLoads(t *testing.T) {
 		t.Errorf("%d operations, want the 4 stored and 2 new", n)
 	}
 }
+
+// TestFlexWireNames: the wire names are Stripe's (request_*,
+// final_capture), and an increment's body is decoded strictly.
+func TestFlexWireNames(t *testing.T) {
+	t.Parallel()
+	r, _ := start(t, fake.Config{})
+	hdr := func() map[string]string { return map[string]string{"Idempotency-Key": newKey(t)} }
+	res := do(t, http.MethodPost, r.URL()+"/v1/holds", hdr(),
+		[]byte(`{"amount_minor":1000,"currency":"EUR","request_incremental_authorization":true,"request_multicapture":true,"request_overcapture":true}`))
+	var created struct{ Ref string }
+	if err := json.Unmarshal(res.body, &created); err != nil || created.Ref == "" {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	hold := r.URL() + "/v1/holds/" + created.Ref
+	if res := do(t, http.MethodPost, hold+"/confirm", hdr(), nil); res.status != http.StatusOK {
+		t.Fatalf("confirm: %d %s", res.status, res.body)
+	}
+	res = do(t, http.MethodPost, hold+"/increment", hdr(), []byte(`{"amount_minor":1500}`))
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"amount_minor":1500`) {
+		t.Errorf("increment: %d %s", res.status, res.body)
+	}
+	res = do(t, http.MethodPost, hold+"/capture", hdr(), []byte(`{"amount_minor":100,"final_capture":false}`))
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"status":"authorized"`) ||
+		!strings.Contains(string(res.body), `"captured_minor":100`) {
+		t.Errorf("capture not final: %d %s", res.status, res.body)
+	}
+	for _, body := range []string{`{"amount_minor":1600,"extra":1}`, `{"amount_minor":"1600"}`, `{}`, `{"amount_minor":-5}`} {
+		if res := do(t, http.MethodPost, hold+"/increment", hdr(), []byte(body)); res.status != http.StatusBadRequest ||
+			!strings.Contains(string(res.body), `"invalid_request"`) {
+			t.Errorf("increment %s: %d %s, want 400 invalid_request", body, res.status, res.body)
+		}
+	}
+}
