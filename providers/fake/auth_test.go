@@ -21,7 +21,8 @@ import (
 func TestEveryRouteNeedsTheToken(t *testing.T) {
 	t.Parallel()
 	r, c := start(t, fake.Config{})
-	h := authorize(t, c, 5000)
+	// Granted increments, so that an increment could change it.
+	h := flexHold(t, c, 5000, allFlex)
 	inject(t, c, fake.Fault{Operation: fake.OpCapture, Kind: fake.FaultLatency, LatencyMS: 1, Count: 5})
 	if err := c.Drift(t.Context(), fake.Drift{Kind: fake.DriftAmount, Ref: h.Ref, Field: fake.AmountAuthorized, AmountMinor: 4000}); err != nil {
 		t.Fatal(err)
@@ -66,6 +67,8 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 		{"POST", hold + "/capture", "application/json", `{}`},
 		{"POST", hold + "/cancel", "application/json", `{}`},
 		{"POST", hold + "/refunds", "application/json", `{}`},
+		{"POST", hold + "/increment", "application/json", `{"amount_minor":6000}`},
+		{"POST", hold + "/extend", "application/json", `{}`},
 		{"GET", hold, "", ""},
 		{"GET", "/v1/report?from=" + day.Format(time.RFC3339) + "&to=" + day.Add(2*time.Hour).Format(time.RFC3339), "", ""},
 		{"GET", "/healthz", "", ""},

@@ -15,7 +15,10 @@
 //	                                  payment_method or card (see Cards)
 //	POST   /v1/holds/{ref}/confirm    authorize the created hold (operation "authorize"), or
 //	                                  challenge the cardholder (see 3-D Secure)
-//	POST   /v1/holds/{ref}/capture    capture, 0/omitted = all   (operation "capture")
+//	POST   /v1/holds/{ref}/capture    capture, 0/omitted = the rest; final_capture false keeps
+//	                                  the hold open (operation "capture", see Flexible holds)
+//	POST   /v1/holds/{ref}/increment  raise to a new total       (operation "increment")
+//	POST   /v1/holds/{ref}/extend     a new capture_before       (operation "extend")
 //	POST   /v1/holds/{ref}/cancel     void an authorized hold, or end a challenge (operation "cancel")
 //	POST   /v1/holds/{ref}/refunds    refund, 0/omitted = rest   (operation "refund")
 //	GET    /v1/holds/{ref}            look a hold up             (operation "lookup")
@@ -46,7 +49,8 @@
 // idempotency_key_mismatch; while the first request still executes it is a
 // 409 idempotency_key_in_use. Answers are stored once the operation has
 // executed, business refusals (decline, state_conflict, amount_too_large,
-// hold_expired, resource_missing) included; validation errors are not.
+// hold_expired, resource_missing, not_supported, an increment's
+// invalid_request) included; validation errors are not.
 // A card in the body is compared without its CVC and by an HMAC of its
 // number (see Cards).
 // Admin endpoints need no Idempotency-Key.
@@ -87,8 +91,10 @@
 // an Event for every hold authorized (hold.authorized), waiting for its
 // cardholder's authentication (hold.requires_action), failed after it
 // (hold.payment_failed, failure_code authentication_failed), captured
-// (hold.captured, or capture.failed when an executed capture was
-// refused), canceled (hold.canceled), lapsed (hold.expired, found every
+// (hold.captured, one per capture with that capture's amount, or
+// capture.failed when an executed capture was refused), raised by an
+// increment (hold.amount_updated, amount_minor the new total; none for a
+// refused or declined increment), canceled (hold.canceled), lapsed (hold.expired, found every
 // Config.ExpiryCheck by Config.Clock), refunded (refund.succeeded, or
 // refund.failed) and disputed (dispute.created, POST /_admin/disputes).
 // Each is signed like Stripe's webhooks, in the Fake-Signature header:
@@ -167,6 +173,9 @@
 // pm_card_issuerUnavailable with issuer_not_available and
 // pm_card_tryAgainLater with try_again_later. A decline still creates a
 // hold in status declined.
+// Two approve and are for flexible holds: pm_card_flexUnavailable is
+// granted none of the features asked for, pm_card_incrementDeclined is
+// granted them but every increment is declined card_declined.
 // Any other payment method is a 400 invalid_request.
 //
 // # Cards
@@ -185,7 +194,10 @@
 // and two numbers of the fake's own, for soft declines Stripe has no test
 // card for: 4000009900000012 (TestCardIssuerUnavailable) declines with
 // issuer_not_available, 4000009900000020 (TestCardTryAgainLater) with
-// try_again_later. Any other number that passes the Luhn check approves
+// try_again_later; and two for flexible holds, which approve:
+// 4000009900000038 (TestCardFlexUnavailable) is granted none of the
+// features, 4000009900000046 (TestCardIncrementDeclined) has every
+// increment declined. Any other number that passes the Luhn check approves
 // (4242424242424242, 5555555555554444, 378282246310005, ...).
 //
 // Card data that cannot be right is refused when the hold is created, as
@@ -204,4 +216,48 @@
 // derived from the server's token, so the state file holds nothing a
 // guessed number can be tested against; after a restart with another
 // token, a retried card authorization is a mismatch.
+//
+// # Flexible holds
+//
+// POST /v1/holds and the confirmation take "request_incremental_authorization",
+// "request_multicapture" and "request_overcapture" (booleans, Stripe's
+// request_*=if_available; asked at either counts, and both are in the
+// fingerprint of their keys). When the hold is authorized (at once or
+// when its challenge is completed) every approving card is granted what
+// it asked for, but pm_card_flexUnavailable and TestCardFlexUnavailable,
+// granted none. A hold that asked for any shows, once authorized,
+// "flex": {"incremental_authorization", "multicapture", "overcapture":
+// "available"|"unavailable", "maximum_amount_capturable" (with
+// overcapture: amount × (100 + Config.OvercapturePercent) / 100, rounded
+// down, following the amount), "maximum_amount" (with increments: the
+// first amount × (100 + Config.IncrementPercent) / 100)}.
+//
+// POST /v1/holds/{ref}/increment {"amount_minor"} raises the hold to that
+// new total (never the difference), once per key. Refused, the hold
+// unchanged: 404 resource_missing; 400 state_conflict unless authorized
+// (captured, canceled, requires_action, expired, declined); not_supported
+// without incremental authorization; invalid_request when not above the
+// current amount; amount_too_large above maximum_amount; 402
+// card_declined (the hold in the error) for pm_card_incrementDeclined,
+// TestCardIncrementDeclined, or a decline fault. capture_before stays
+// where it was.
+//
+// A capture with "final_capture": false (which needs a positive
+// amount_minor) on a hold granted multicapture captures that amount and
+// leaves the hold authorized, captured_minor the sum so far, until a
+// capture is final (the default: its amount, zero meaning what remains of
+// the authorized amount, then the rest released) or nothing is left to
+// capture. final_capture false without multicapture is not_supported.
+// Captures add up to at most the authorized amount, or with overcapture
+// maximum_amount_capturable: above it, amount_too_large and no change.
+// The captured part of a hold still authorized can be refunded (the hold
+// stays authorized); a cancel after partial captures releases the rest
+// and ends the hold captured (Stripe's PaymentIntent ends succeeded), as
+// does its lapse (hold.expired then carries the amount released).
+//
+// Every increment and capture is a part of its hold: the report's rows
+// carry "parts": [{"kind": "increment"|"capture", "amount_minor" (the new
+// total, or the amount captured), "idempotency_key", "created_at"}], in
+// order; seeded holds have none. Drifts part_amount, part_drop and
+// part_add alter them in the report only.
 package fake

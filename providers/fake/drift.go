@@ -122,36 +122,7 @@ func knownStatus(st providers.Status) bool {
 // selected hold exists. Called with s.mu held.
 func (s *Server) checkDrift(d *Drift) *apiError {
 	if d.Kind == DriftAdd {
-		if d.Row == nil {
-			return invalid("row", "an add drift needs a row")
-		}
-		row := *d.Row
-		if row.Ref == "" {
-			row.Ref = newID("fh_")
-		}
-		if row.Status == "" {
-			row.Status = providers.StatusAuthorized
-		}
-		if !knownStatus(row.Status) {
-			return invalid("row.status", "unknown status %q", row.Status)
-		}
-		if !validCurrency(row.Currency) {
-			return invalid("row.currency", "currency must be an ISO 4217 code in upper case, got %q", row.Currency)
-		}
-		if row.CreatedAt.IsZero() {
-			row.CreatedAt = s.now()
-		}
-		if row.UpdatedAt.IsZero() {
-			row.UpdatedAt = row.CreatedAt
-		}
-		row.Parts = slices.Clone(row.Parts)
-		for i := range row.Parts {
-			if e := s.checkPart(&row.Parts[i], "row.parts"); e != nil {
-				return e
-			}
-		}
-		d.Row = &row
-		return nil
+		return s.checkAddDrift(d)
 	}
 	if d.Row != nil {
 		return invalid("row", "row applies to add drifts only")
@@ -193,6 +164,43 @@ func (s *Server) checkDrift(d *Drift) *apiError {
 	default:
 		return invalid("ref", "a %s drift needs ref or payment_id", d.Kind)
 	}
+	return nil
+}
+
+// checkAddDrift validates an add drift and fills its row's defaults.
+func (s *Server) checkAddDrift(d *Drift) *apiError {
+	if e := s.checkPartDrift(d); e != nil {
+		return e
+	}
+	if d.Row == nil {
+		return invalid("row", "an add drift needs a row")
+	}
+	row := *d.Row
+	if row.Ref == "" {
+		row.Ref = newID("fh_")
+	}
+	if row.Status == "" {
+		row.Status = providers.StatusAuthorized
+	}
+	if !knownStatus(row.Status) {
+		return invalid("row.status", "unknown status %q", row.Status)
+	}
+	if !validCurrency(row.Currency) {
+		return invalid("row.currency", "currency must be an ISO 4217 code in upper case, got %q", row.Currency)
+	}
+	if row.CreatedAt.IsZero() {
+		row.CreatedAt = s.now()
+	}
+	if row.UpdatedAt.IsZero() {
+		row.UpdatedAt = row.CreatedAt
+	}
+	row.Parts = slices.Clone(row.Parts)
+	for i := range row.Parts {
+		if e := s.checkPart(&row.Parts[i], "row.parts"); e != nil {
+			return e
+		}
+	}
+	d.Row = &row
 	return nil
 }
 

@@ -521,12 +521,13 @@ func TestIncrementFaults(t *testing.T) {
 		h := flexHold(t, c, 1000, allFlex)
 		req := providers.IncrementRequest{Key: newKey(t), Ref: h.Ref, AmountMinor: 1500}
 		inject(t, c, fake.Fault{Operation: fake.OpIncrement, Kind: fake.FaultTimeoutAfterExecute, Count: 1, IdempotencyKey: req.Key})
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err := c.IncrementAuthorization(ctx, req)
 		wantKind(t, err, providers.KindUnknown, providers.CodeProviderTimeout)
-		// The lost answer is settled by a lookup, or by the same key.
-		wantAmounts(t, c, h.Ref, providers.StatusAuthorized, 1500, 0, 0)
+		// The lost answer is settled by a lookup (once the fake has got
+		// to it on a loaded machine), or by the same key.
+		waitFor(t, "the increment at the fake", func() bool { return lookup(t, c, h.Ref).AmountMinor == 1500 })
 		got, err := c.IncrementAuthorization(t.Context(), req)
 		if err != nil || got.AmountMinor != 1500 {
 			t.Fatalf("retry: %+v, %v", got, err)
@@ -890,6 +891,7 @@ func TestReportParts(t *testing.T) {
 			"AddZeroAmount":        {Kind: fake.DriftPartAdd, Ref: h.Ref, NewPart: &fake.Part{Kind: providers.PartCapture}},
 			"PartOnAnotherKind":    {Kind: fake.DriftDrop, Ref: h.Ref, Part: 1},
 			"NewPartOnAnotherKind": {Kind: fake.DriftPartDrop, Ref: h.Ref, Part: 1, NewPart: &fake.Part{Kind: providers.PartCapture, AmountMinor: 5}},
+			"PartOnAnAddDrift":     {Kind: fake.DriftAdd, Part: 1, Row: &fake.Row{Currency: "EUR", AmountMinor: 5}},
 			"RowPartUnknownKind": {Kind: fake.DriftAdd, Row: &fake.Row{Currency: "EUR", AmountMinor: 5,
 				Parts: []fake.Part{{Kind: "refund", AmountMinor: 5}}}},
 		} {
@@ -1046,5 +1048,38 @@ func TestStateFileOfAnEarlierBuildLoads(t *testing.T) {
 	capture(t, c, open, 0, false)
 	if n := len(operations(t, c, "")); n != 6 {
 		t.Errorf("%d operations, want the 4 stored and 2 new", n)
+	}
+}
+
+// TestFlexWireNames: the wire names are Stripe's (request_*,
+// final_capture), and an increment's body is decoded strictly.
+func TestFlexWireNames(t *testing.T) {
+	t.Parallel()
+	r, _ := start(t, fake.Config{})
+	hdr := func() map[string]string { return map[string]string{"Idempotency-Key": newKey(t)} }
+	res := do(t, http.MethodPost, r.URL()+"/v1/holds", hdr(),
+		[]byte(`{"amount_minor":1000,"currency":"EUR","request_incremental_authorization":true,"request_multicapture":true,"request_overcapture":true}`))
+	var created struct{ Ref string }
+	if err := json.Unmarshal(res.body, &created); err != nil || created.Ref == "" {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	hold := r.URL() + "/v1/holds/" + created.Ref
+	if res := do(t, http.MethodPost, hold+"/confirm", hdr(), nil); res.status != http.StatusOK {
+		t.Fatalf("confirm: %d %s", res.status, res.body)
+	}
+	res = do(t, http.MethodPost, hold+"/increment", hdr(), []byte(`{"amount_minor":1500}`))
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"amount_minor":1500`) {
+		t.Errorf("increment: %d %s", res.status, res.body)
+	}
+	res = do(t, http.MethodPost, hold+"/capture", hdr(), []byte(`{"amount_minor":100,"final_capture":false}`))
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"status":"authorized"`) ||
+		!strings.Contains(string(res.body), `"captured_minor":100`) {
+		t.Errorf("capture not final: %d %s", res.status, res.body)
+	}
+	for _, body := range []string{`{"amount_minor":1600,"extra":1}`, `{"amount_minor":"1600"}`, `{}`, `{"amount_minor":-5}`} {
+		if res := do(t, http.MethodPost, hold+"/increment", hdr(), []byte(body)); res.status != http.StatusBadRequest ||
+			!strings.Contains(string(res.body), `"invalid_request"`) {
+			t.Errorf("increment %s: %d %s, want 400 invalid_request", body, res.status, res.body)
+		}
 	}
 }

@@ -81,8 +81,10 @@ func (h *hold) row(now time.Time) Row {
 		Ref: v.Ref, PaymentID: v.PaymentID, Status: v.Status,
 		AmountMinor: v.AmountMinor, CapturedMinor: v.CapturedMinor, RefundedMinor: v.RefundedMinor,
 		Currency: v.Currency, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
-		// A copy: drifts alter the row's parts, never the hold's.
-		Parts: slices.Clone(h.parts),
+		// Shared with the hold, read after the state lock is released:
+		// safe, as a part never changes once appended and drifts copy
+		// before they alter (Drift.applyToParts).
+		Parts: h.parts,
 	}
 }
 

@@ -162,10 +162,16 @@ func TestWebhooksSent(t *testing.T) {
 		rc.mu.Unlock()
 		h := authorize(t, c, 1000)
 		waitFor(t, "the retried delivery", func() bool { return len(rc.types(h.Ref)) == 1 })
-		ds, err := c.WebhookDeliveries(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The sender records the delivery once the receiver's answer is
+		// back, which can come after the receiver kept the event.
+		var ds []fake.WebhookDelivery
+		waitFor(t, "the delivery recorded", func() bool {
+			var err error
+			if ds, err = c.WebhookDeliveries(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			return len(ds) == 3
+		})
 		var outcomes []string
 		for _, d := range ds {
 			outcomes = append(outcomes, d.Outcome)

@@ -177,8 +177,8 @@ func (s *Server) emitLocked(ev Event) {
 
 // emitForLocked queues the webhook of an executed write, if it has one:
 // the hold authorized (or waiting for its cardholder's authentication),
-// captured (or the capture refused), canceled, a refund made (or
-// refused). Called with s.mu held.
+// captured (or the capture refused), raised by an increment, canceled, a
+// refund made (or refused). Called with s.mu held.
 func (s *Server) emitForLocked(op Op, key string, rec Operation) {
 	h := s.holds[rec.Ref]
 	if s.hooks == nil || h == nil {
