@@ -70,6 +70,7 @@ func parseConsolePages() map[string]*template.Template {
 		"msp":        formatMSP,
 		"attempt":    eventAttempt,
 		"detail":     eventDetail,
+		"opchange":   operationChange,
 		"routing":    routingText,
 		"expiresIn":  expiresIn,
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -69,18 +70,19 @@ var paymentBadges = map[orchestrator.Status]string{
 
 // statusBadge is the CSS class of a status badge: good, bad, warn or
 // neutral. Payment states have theirs (paymentBadges); the other words
-// are those of operations, runs, discrepancies, provider calls and
-// webhook deliveries.
+// are those of operations, runs, discrepancies, provider calls, webhook
+// deliveries and flexible-hold grants (unavailable is neutral: the card
+// does not offer it, nothing failed).
 func statusBadge(status string) string {
 	if badge, ok := paymentBadges[orchestrator.Status(status)]; ok {
 		return badge
 	}
 	switch status {
-	case "succeeded", "resolved", "ok", "success", "completed", "closed", "delivered":
+	case "succeeded", "resolved", "ok", "success", "completed", "closed", "delivered", string(orchestrator.GrantAvailable):
 		return "good"
 	case "declined", "error", "open":
 		return "bad"
-	case "running", "unknown", "timeout", "half_open":
+	case "running", "unknown", "timeout", "half_open", string(orchestrator.GrantRequested):
 		return "warn"
 	}
 	return "neutral"
@@ -176,6 +178,50 @@ func eventDetail(ev orchestrator.Event) string {
 		return "Failed over from " + prev
 	}
 	return compactJSON(ev.Detail)
+}
+
+// operationChange is what a state change made by a capture, increment,
+// cancel or refund did, for people: "Captured a part: 3.00 EUR", "Raised
+// the hold to 14.00 EUR". Nil for any other event. A part of a
+// multicapture hold, or an increment, leaves the payment authorized, so
+// its change alone (authorized → authorized) says nothing; the detail's
+// operation id (its prefix is its kind) and amount say what happened.
+func operationChange(ev orchestrator.Event, currency string) *opChange {
+	id, _ := ev.Detail["operation_id"].(string)
+	// JSON numbers arrive as float64, exact for whole numbers up to 2^53
+	// (amounts stay far below); anything else is not an amount.
+	amount, ok := ev.Detail["amount_minor"].(float64)
+	if ev.Type != "state_changed" || id == "" || !ok || ev.ToStatus == nil ||
+		amount != math.Trunc(amount) || amount < 0 || amount > 1<<53 {
+		return nil
+	}
+	money := formatMinor(int64(amount), currency)
+	c := &opChange{OperationID: id}
+	switch kind, _, _ := strings.Cut(id, "_"); kind {
+	case "cap":
+		c.Text = "Captured " + money
+		if *ev.ToStatus == string(orchestrator.StatusAuthorized) {
+			c.Text = "Captured a part: " + money
+		}
+	case "inc":
+		c.Text = "Raised the hold to " + money
+	case "re":
+		c.Text = "Refunded " + money
+	case "cnl":
+		c.Text = "Canceled the hold"
+	default:
+		return nil
+	}
+	if src, _ := ev.Detail["source"].(string); src == "provider_webhook" {
+		c.Text += ", made at the provider"
+	}
+	return c
+}
+
+// opChange is an operation's state change on a payment's timeline.
+type opChange struct {
+	Text        string
+	OperationID string
 }
 
 // detailText writes a value of an event's detail (JSON numbers arrive as

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/payorch/payorch/orchestrator"
 )
 
 func TestFormatMinor(t *testing.T) {
@@ -55,6 +57,42 @@ func TestConsoleWaitingSpans(t *testing.T) {
 		time.Hour: "1h 00m", 25*time.Hour + 3*time.Minute: "25h 03m"} {
 		if got := formatSpan(d); got != want {
 			t.Errorf("formatSpan(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// A state change made by an operation reads as what the operation did;
+// any other event, or a detail that is not an operation's, is left to
+// the detail's JSON.
+func TestConsoleOperationChange(t *testing.T) {
+	t.Parallel()
+	status := func(s orchestrator.Status) *string { v := string(s); return &v }
+	ev := func(to orchestrator.Status, detail map[string]any) orchestrator.Event {
+		return orchestrator.Event{Type: "state_changed", FromStatus: status(orchestrator.StatusAuthorized), ToStatus: status(to),
+			Detail: detail}
+	}
+	for _, tc := range []struct {
+		ev   orchestrator.Event
+		want string
+	}{
+		{ev(orchestrator.StatusAuthorized, map[string]any{"operation_id": "cap_01", "amount_minor": 300.0}), "Captured a part: 3.00\u00a0EUR"},
+		{ev(orchestrator.StatusCaptured, map[string]any{"operation_id": "cap_02", "amount_minor": 400.0}), "Captured 4.00\u00a0EUR"},
+		{ev(orchestrator.StatusAuthorized, map[string]any{"operation_id": "inc_03", "amount_minor": 1400.0}), "Raised the hold to 14.00\u00a0EUR"},
+		{ev(orchestrator.StatusCanceled, map[string]any{"operation_id": "cnl_04", "amount_minor": 0.0}), "Canceled the hold"},
+		{ev(orchestrator.StatusRefunded, map[string]any{"operation_id": "re_05", "amount_minor": 1200.0,
+			"source": "provider_webhook", "provider_event_id": "evt_1"}), "Refunded 12.00\u00a0EUR, made at the provider"},
+		{ev(orchestrator.StatusCaptured, map[string]any{"operation_id": "cap_06", "amount_minor": 1.5}), ""},
+		{ev(orchestrator.StatusCaptured, map[string]any{"operation_id": "cap_07", "amount_minor": "400"}), ""},
+		{ev(orchestrator.StatusCaptured, map[string]any{"operation_id": "dsp_08", "amount_minor": 400.0}), ""},
+		{ev(orchestrator.StatusExpired, map[string]any{"capture_before": "2026-01-01T00:00:00Z"}), ""},
+		{orchestrator.Event{Type: "provider_call", Detail: map[string]any{"operation_id": "cap_09", "amount_minor": 400.0}}, ""},
+	} {
+		got := operationChange(tc.ev, "EUR")
+		switch {
+		case tc.want == "" && got != nil:
+			t.Errorf("%v: %q, want none", tc.ev.Detail, got.Text)
+		case tc.want != "" && (got == nil || got.Text != tc.want || got.OperationID != tc.ev.Detail["operation_id"]):
+			t.Errorf("%v: %+v, want %q", tc.ev.Detail, got, tc.want)
 		}
 	}
 }

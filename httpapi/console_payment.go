@@ -89,6 +89,69 @@ type paymentPage struct {
 	Webhooks []webhookEventRow
 	// Authentication is its 3-D Secure challenge; nil when it had none.
 	Authentication *authenticationView
+	// Operations are its money movements, oldest first.
+	Operations []operationRow
+	// Flex is what it asked for of flexible holds and was granted; empty
+	// when it asked for none.
+	Flex []flexFact
+}
+
+// flexFact is one flexible-hold feature a payment asked for and what the
+// connector granted of it: requested (not answered yet), available or
+// unavailable.
+type flexFact struct{ ID, Feature, Grant string }
+
+// flexFacts lists the features p asked for, in the order of the request's
+// fields.
+func flexFacts(p orchestrator.Payment) []flexFact {
+	var fs []flexFact
+	for _, f := range []struct {
+		id, feature string
+		grant       *orchestrator.Grant
+	}{
+		{"flex-incremental", "Incremental authorization", p.IncrementalAuthorization},
+		{"flex-multicapture", "Multicapture", p.Multicapture},
+		{"flex-overcapture", "Overcapture", p.Overcapture},
+	} {
+		if f.grant != nil {
+			fs = append(fs, flexFact{ID: f.id, Feature: f.feature, Grant: string(*f.grant)})
+		}
+	}
+	return fs
+}
+
+// operationRow is one money movement of a payment as its page shows it.
+type operationRow struct {
+	orchestrator.PaymentOperation
+	// Kind names it: "capture — part", "capture — final", increment,
+	// cancel, refund.
+	Kind string
+	// Amount is what it moved: a capture's or refund's amount, "to" an
+	// increment's new total, "the whole hold" for a cancel.
+	Amount string
+	// Added is what a succeeded increment added to the hold ("+4.00 EUR");
+	// "" for the rest, and when the amount before it is no longer known.
+	Added string
+}
+
+// newOperationRow describes op for the payment's page.
+func newOperationRow(op orchestrator.PaymentOperation) operationRow {
+	r := operationRow{PaymentOperation: op, Kind: op.Object, Amount: formatMinor(op.AmountMinor, op.Currency)}
+	switch op.Object {
+	case "capture":
+		r.Kind = "capture — final"
+		if op.FinalCapture != nil && !*op.FinalCapture {
+			r.Kind = "capture — part"
+		}
+	case "increment":
+		r.Amount = "to " + r.Amount
+		if op.AmountBeforeMinor != nil {
+			r.Added = "+" + formatMinor(op.AmountMinor-*op.AmountBeforeMinor, op.Currency)
+		}
+	case "cancel":
+		r.Amount = "the whole hold"
+	}
+	return r
 }
 
 // webhookEventRow is one outbox event of a payment and its deliveries to
@@ -131,9 +194,10 @@ func (s *Server) paymentWebhooks(ctx context.Context, viewer orchestrator.Scope,
 }
 
 // consolePayment: GET /console/payments/{id}: amounts, state, provider
-// reference, capture deadline, routing, its attempts across connectors and
-// the full timeline, its 3-D Secure challenge step by step, and its events'
-// webhook deliveries. Another tenant's payment is a 404 to a merchant.
+// reference, capture deadline, routing, what it asked for and was granted
+// of flexible holds, its attempts across connectors, its money movements,
+// the full timeline, its 3-D Secure challenge step by step, and its
+// events' webhook deliveries. Another tenant's payment is a 404 to a merchant.
 func (s *Server) consolePayment(c echo.Context) error {
 	id := c.Param("id")
 	if !validID(id) {
@@ -157,8 +221,16 @@ func (s *Server) consolePayment(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
-	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, paymentPage{Payment: p, Attempts: attempts,
-		Events: evs, Webhooks: webhooks, Authentication: newAuthenticationView(p, evs, s.now())})
+	ops, err := s.svc.PaymentOperations(ctx, sc, id)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
+	page := paymentPage{Payment: p, Attempts: attempts, Events: evs, Webhooks: webhooks,
+		Authentication: newAuthenticationView(p, evs, s.now()), Flex: flexFacts(p)}
+	for _, op := range ops {
+		page.Operations = append(page.Operations, newOperationRow(op))
+	}
+	return s.render(c, http.StatusOK, "payment", "Payment "+p.ID, page)
 }
 
 // consoleHoldsWindow is how soon a hold must lapse for the console to

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -407,6 +408,28 @@ func TestOpenAPIContract(t *testing.T) {
 		if p := decode[payment](t, b); p.Status != "captured" || p.CapturedMinor != 1400 {
 			t.Fatalf("overcapture: %s", b)
 		}
+		// Its money movements, oldest first: two increments, a part, the
+		// refused overcapture (never recorded) and the final capture.
+		res, b = ct.do(t, call{method: "GET", path: flexPath + "/operations", apiKey: merchant})
+		wantStatus(t, res, b, 200)
+		type flexOp struct {
+			Object       string `json:"object"`
+			AmountMinor  int64  `json:"amount_minor"`
+			FinalCapture *bool  `json:"final_capture"`
+		}
+		var flexOps []string
+		for _, op := range decode[listOf[flexOp]](t, b).Data {
+			final := "-"
+			if op.FinalCapture != nil {
+				final = strconv.FormatBool(*op.FinalCapture)
+			}
+			flexOps = append(flexOps, fmt.Sprintf("%s %d %s", op.Object, op.AmountMinor, final))
+		}
+		if got := strings.Join(flexOps, ", "); got != "increment 1200 -, increment 1300 -, capture 500 false, capture 900 true" {
+			t.Fatalf("operations: %s\n%s", got, b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: "/v1/payments/pay_00000000000000000000000000000000/operations", apiKey: merchant})
+		wantProblem(t, res, b, 404, "not_found")
 
 		// A 3-D Secure challenge: confirmed while open (202), then after
 		// the shopper completed it (200, authorized).

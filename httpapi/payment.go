@@ -263,6 +263,21 @@ func (s *Server) paymentAttempts(c echo.Context) error {
 	return c.JSON(http.StatusOK, newList(as, false))
 }
 
+// paymentOperations: GET /v1/payments/{id}/operations, the payment's
+// captures (each part and the final one), increments, cancels and
+// refunds, oldest first. Same roles as getPayment.
+func (s *Server) paymentOperations(c echo.Context) error {
+	id := c.Param("id")
+	if !validID(id) {
+		return &orchestrator.Error{Code: orchestrator.CodeNotFound, Message: "no payment " + strconv.Quote(id)}
+	}
+	ops, err := s.svc.PaymentOperations(c.Request().Context(), orchestrator.ScopeOf(principal(c)), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newList(ops, false))
+}
+
 // readScope is the read scope of the caller, narrowed to one tenant by a
 // tenant_id query parameter (support and finance; a merchant always reads
 // its own tenant, and only that: its tenant_id is refused). A tenant_id

@@ -257,6 +257,7 @@ func (s *Server) routes() {
 	v1.GET("/payments/:id", s.getPayment, readers)
 	v1.GET("/payments/:id/events", s.paymentEvents, readers)
 	v1.GET("/payments/:id/attempts", s.paymentAttempts, readers)
+	v1.GET("/payments/:id/operations", s.paymentOperations, readers)
 	// Payment methods: support reads them as it reads payments; a
 	// publishable key may only create (authenticate, browserGate).
 	methodReaders := requireRole(orchestrator.RoleMerchant, orchestrator.RoleSupport)
