@@ -68,14 +68,18 @@ func (r *Reconciler) stage(ctx context.Context, conn *pgx.Conn, prov providers.P
 				out.invalid = append(out.invalid, f)
 				continue
 			}
+			parts, err := stagedParts(row)
+			if err != nil {
+				return nil, fmt.Errorf("row %d: parts: %w", seq, err)
+			}
 			return []any{runID, seq, row.Ref, row.PaymentID, string(row.Status), row.AmountMinor, row.CapturedMinor,
-				row.RefundedMinor, strings.ToUpper(row.Currency), row.CreatedAt, row.UpdatedAt}, nil
+				row.RefundedMinor, strings.ToUpper(row.Currency), row.CreatedAt, row.UpdatedAt, parts}, nil
 		}
 		return nil, nil
 	})
 	_, copyErr := conn.CopyFrom(ctx, pgx.Identifier{"reconciliation_provider_rows"},
 		[]string{"run_id", "seq", "ref", "payment_id", "status", "amount_minor", "captured_minor", "refunded_minor",
-			"currency", "created_at", "updated_at"}, src)
+			"currency", "created_at", "updated_at", "parts"}, src)
 	if copyErr != nil {
 		cancel()
 		for range rowsCh { // let the reader finish
@@ -146,7 +150,7 @@ func checkRow(row providers.ReportRow) (rowProblem, bool) {
 				reason: "out of range", actual: t.v.UTC().Format(time.RFC3339)}, false
 		}
 	}
-	return rowProblem{}, true
+	return checkParts(row.Parts)
 }
 
 func currencyCode(s string) bool {
