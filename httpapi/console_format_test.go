@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/payorch/payorch/reconcile"
 )
 
 func TestFormatMinor(t *testing.T) {
@@ -55,6 +57,26 @@ func TestConsoleWaitingSpans(t *testing.T) {
 		time.Hour: "1h 00m", 25*time.Hour + 3*time.Minute: "25h 03m"} {
 		if got := formatSpan(d); got != want {
 			t.Errorf("formatSpan(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// The amounts of amount_mismatch and part_mismatch show as money; a side
+// a part is absent from, and the values of other categories, as they are.
+func TestConsoleDiscrepancyValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		category, currency, v, want string
+	}{
+		{reconcile.AmountMismatch, "EUR", "1050", "10.50\u00a0EUR"},
+		{reconcile.PartMismatch, "EUR", "45000", "450.00\u00a0EUR"},
+		{reconcile.PartMismatch, "EUR", "absent", "absent"},
+		{reconcile.StatusMismatch, "EUR", "1050", "1050"},
+		{reconcile.PartMismatch, "", "1050", "1050"},
+	} {
+		d := reconcile.Discrepancy{Category: tc.category, Currency: tc.currency}
+		if got := discrepancyValue(d, tc.v); got != tc.want {
+			t.Errorf("%s %s %q: %q, want %q", tc.category, tc.currency, tc.v, got, tc.want)
 		}
 	}
 }

@@ -43,6 +43,17 @@ func TestABadProviderRowIsADiscrepancyNotAFailedDay(t *testing.T) {
 			mangle: func(r *providers.ReportRow) { r.Currency = "EU\x00" }},
 		{name: "ImpossibleTime", field: "created_at", reason: "out of range",
 			mangle: func(r *providers.ReportRow) { r.CreatedAt = time.Time{} }},
+		// The victim's one part, its capture.
+		{name: "NULInPartKey", field: "parts", reason: "part 1: key contains a NUL byte",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].IdempotencyKey += "\x00" }},
+		{name: "UnknownPartKind", field: "parts", reason: "part 1: unknown kind",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].Kind = "refund" }},
+		{name: "NegativePartAmount", field: "parts", reason: "part 1: negative amount",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].AmountMinor = -1 }},
+		{name: "ImpossiblePartTime", field: "parts", reason: "part 1: time out of range",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].CreatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		{name: "TooManyParts", field: "parts", reason: "1001 parts",
+			mangle: func(r *providers.ReportRow) { r.Parts = make([]providers.ReportPart, 1001) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
