@@ -117,13 +117,21 @@ type ourPart struct {
 }
 
 // ourPartsSQL reads the increments and captures of the payments of the
-// keys ($1 tenants, $2 ids), in the order they were made.
+// keys ($1 tenants, $2 ids), each payment's in the order they were made.
+// Each key is looked up on its own in payment_operations_payment_idx,
+// whatever the planner guesses of the number of keys: left to itself it
+// hash-joins them with every operation, reading the whole history once
+// per batch of pairs. OFFSET 0 keeps the LATERAL subquery from being
+// flattened into that join.
 const ourPartsSQL = `
-	SELECT o.tenant_id, o.payment_id, o.id, o.kind, o.forwarded_key, o.status, o.amount_minor
-	FROM payment_operations o JOIN unnest($1::bigint[], $2::text[]) AS k (tenant_id, id)
-		ON o.tenant_id = k.tenant_id AND o.payment_id = k.id
-	WHERE o.kind IN ('increment', 'capture')
-	ORDER BY o.tenant_id, o.payment_id, o.created_at, o.id`
+	SELECT k.tenant_id, k.id, o.id, o.kind, o.forwarded_key, o.status, o.amount_minor
+	FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS k (tenant_id, id, n)
+	CROSS JOIN LATERAL (
+		SELECT id, kind, forwarded_key, status, amount_minor, created_at FROM payment_operations
+		WHERE tenant_id = k.tenant_id AND payment_id = k.id AND kind IN ('increment', 'capture')
+		OFFSET 0
+	) o
+	ORDER BY k.n, o.created_at, o.id`
 
 // readOurParts reads on q the increments and captures of the payments of
 // keys.
