@@ -76,7 +76,7 @@ func stagedParts(row providers.ReportRow) (any, error) {
 const maxParts = 1000
 
 // checkParts reports the first problem of parts that keeps them from
-// being stored or compared.
+// being stored or compared (stage then stages the row without them).
 func checkParts(parts []providers.ReportPart) (rowProblem, bool) {
 	if len(parts) > maxParts {
 		return rowProblem{field: "parts", expected: fmt.Sprintf("at most %d parts", maxParts),
