@@ -132,10 +132,10 @@ func formatMillis(p *float64) string {
 }
 
 // discrepancyValue shows an expected or actual value of a discrepancy: an
-// amount (minor units in the discrepancy's currency) formatted as money,
-// anything else as it is.
+// amount (minor units in the discrepancy's currency; a part_mismatch's
+// are amounts or "absent") formatted as money, anything else as it is.
 func discrepancyValue(d reconcile.Discrepancy, v string) string {
-	if d.Category != reconcile.AmountMismatch || d.Currency == "" {
+	if d.Category != reconcile.AmountMismatch && d.Category != reconcile.PartMismatch || d.Currency == "" {
 		return v
 	}
 	n, err := strconv.ParseInt(v, 10, 64)

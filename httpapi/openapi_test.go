@@ -27,6 +27,7 @@ import (
 	"github.com/payorch/payorch/orchestrator/vault"
 	"github.com/payorch/payorch/providers"
 	"github.com/payorch/payorch/providers/fake"
+	"github.com/payorch/payorch/reconcile"
 )
 
 // metricsStub stands in for the Prometheus handler cmd/payorch wires.
@@ -87,6 +88,16 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 		if len(codes) != len(want) {
 			t.Errorf("Problem.code has %d codes, orchestrator %d", len(codes), len(want))
+		}
+	})
+
+	t.Run("DiscrepancyCategoriesAreEveryCategory", func(t *testing.T) {
+		var documented []string
+		for _, v := range doc.Components.Schemas["DiscrepancyCategory"].Value.Enum {
+			documented = append(documented, v.(string))
+		}
+		if !slices.Equal(documented, reconcile.Categories) {
+			t.Errorf("DiscrepancyCategory is %q, reconcile.Categories %q", documented, reconcile.Categories)
 		}
 	})
 

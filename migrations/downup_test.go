@@ -55,10 +55,12 @@ INSERT INTO reconciliation_runs (id, provider, business_date, version, trigger, 
 		window_end, grace_seconds, started_at, finished_at)
 	OVERRIDING SYSTEM VALUE VALUES (1, 'fake', current_date - 1, 1, 'cli', 'succeeded', 'UTC', now() - interval '1 day', now(), 600, now(), now());
 INSERT INTO reconciliation_discrepancies (id, run_id, category, fingerprint, tenant_id, payment_id, created_at)
-	OVERRIDING SYSTEM VALUE VALUES (1, 1, 'missing_at_provider', 'fp-1', 1, 'pay_' || repeat('0', 31) || '1', now());
+	OVERRIDING SYSTEM VALUE VALUES (1, 1, 'missing_at_provider', 'fp-1', 1, 'pay_' || repeat('0', 31) || '1', now()),
+		(2, 1, 'part_mismatch', 'fp-2', 1, 'pay_' || repeat('0', 31) || '1', now());
 INSERT INTO reconciliation_provider_rows (run_id, seq, ref, status, amount_minor, captured_minor, refunded_minor,
-		currency, created_at, updated_at)
-	VALUES (1, 1, 'fk_1', 'captured', 1000, 1000, 0, 'EUR', now(), now());
+		currency, created_at, updated_at, parts)
+	VALUES (1, 1, 'fk_1', 'captured', 1000, 1000, 0, 'EUR', now(), now(),
+		'[{"kind": "capture", "amount_minor": 1000, "key": "fwd-cap-1", "created_at": "2026-11-30T12:00:00Z"}]');
 INSERT INTO webhook_delivery_attempts (event_id, endpoint_id, attempt, started_at, latency_ms, status_code)
 	SELECT event_id, endpoint_id, 1, now(), 3.5, 500 FROM webhook_deliveries;
 INSERT INTO payment_methods (tenant_id, id, idempotency_key, request_hash, type, brand, last4, exp_month, exp_year,

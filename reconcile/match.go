@@ -34,7 +34,7 @@ const (
 
 // Categories lists every category, in the order reports show them.
 var Categories = []string{MissingAtProvider, MissingLocally, AmountMismatch, CurrencyMismatch, StatusMismatch,
-	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow}
+	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow, PartMismatch}
 
 // local is a payment as the matcher sees it.
 type local struct {
@@ -51,6 +51,9 @@ type remote struct {
 	Ref, PaymentID, Status, Currency string
 	Amount, Captured, Refunded       int64
 	CreatedAt, UpdatedAt             time.Time
+	// Parts are the hold's increments and captures when the provider
+	// reports them (nil when it reports totals only: parts.go).
+	Parts []part
 }
 
 // finding is one discrepancy before it is stored.
@@ -391,7 +394,7 @@ const declarePairsSQL = `
 	SELECT l.tenant_id, l.id, l.status, l.currency, l.amount_minor, l.captured_minor, l.refunded_minor,
 		l.provider_ref, l.capture_before, l.created_at, l.updated_at,
 		s.ref, s.payment_id, s.status, s.currency, s.amount_minor, s.captured_minor, s.refunded_minor,
-		s.created_at, s.updated_at
+		s.created_at, s.updated_at, s.parts
 	FROM l FULL JOIN s ON s.matched_tenant_id = l.tenant_id AND s.matched_payment_id = l.id
 	ORDER BY coalesce(l.tenant_id, -1), coalesce(l.id, s.ref), s.updated_at, s.seq`
 
@@ -410,6 +413,9 @@ type pairSource interface {
 	open(ctx context.Context) error
 	// next appends the next pairs to batch; more is false after the last.
 	next(ctx context.Context, batch []pairRow) (_ []pairRow, more bool, err error)
+	// ourParts reads the increments and captures of the payments of keys
+	// (parts.go), from where the payments were read.
+	ourParts(ctx context.Context, keys []paymentKey) (map[paymentKey][]ourPart, error)
 	close(ctx context.Context) error
 }
 
@@ -440,6 +446,10 @@ func (p *sqlPairs) next(ctx context.Context, batch []pairRow) ([]pairRow, bool, 
 	return batch, len(batch) == pairBatch, err
 }
 
+func (p *sqlPairs) ourParts(ctx context.Context, keys []paymentKey) (map[paymentKey][]ourPart, error) {
+	return readOurParts(ctx, p.tx, keys)
+}
+
 func (p *sqlPairs) close(ctx context.Context) error {
 	_, err := p.tx.Exec(ctx, closePairsSQL)
 	return err
@@ -448,7 +458,10 @@ func (p *sqlPairs) close(ctx context.Context) error {
 // judgePairs reads the pairs from src, pairBatch at a time, gathers them
 // by payment (or unmatched reference), judges each group and hands the
 // findings to w, which stores them in the run's transaction between two
-// batches.
+// batches. Our increments and captures of the batch's payments whose
+// provider rows report parts are read once per batch, before any of its
+// groups is judged (a group is judged only once a later pair shows it
+// complete, so every batch it spans has been looked up).
 func (r *Reconciler) judgePairs(ctx context.Context, src pairSource, st *stats, w *findingWriter) error {
 	if err := src.open(ctx); err != nil {
 		return err
@@ -456,6 +469,7 @@ func (r *Reconciler) judgePairs(ctx context.Context, src pairSource, st *stats, 
 	var (
 		g     pairGroup
 		batch = make([]pairRow, 0, pairBatch)
+		ours  = partsLookup{}
 		more  bool
 		err   error
 	)
@@ -463,9 +477,12 @@ func (r *Reconciler) judgePairs(ctx context.Context, src pairSource, st *stats, 
 		if batch, more, err = src.next(ctx, batch[:0]); err != nil {
 			return err
 		}
+		if err := ours.need(ctx, batch, src.ourParts); err != nil {
+			return err
+		}
 		for _, p := range batch {
 			if !g.continues(p) {
-				if err := r.judgeGroup(ctx, g, st, w); err != nil {
+				if err := r.judgeGroup(ctx, g, ours.take(g.l), st, w); err != nil {
 					return err
 				}
 				g = pairGroup{l: p.l}
@@ -478,7 +495,7 @@ func (r *Reconciler) judgePairs(ctx context.Context, src pairSource, st *stats, 
 			break
 		}
 	}
-	if err := r.judgeGroup(ctx, g, st, w); err != nil {
+	if err := r.judgeGroup(ctx, g, ours.take(g.l), st, w); err != nil {
 		return err
 	}
 	return src.close(ctx)
@@ -520,12 +537,14 @@ func (g pairGroup) continues(p pairRow) bool {
 	return false
 }
 
-// judgeGroup judges g, hands its findings to w and counts it in st.
-func (r *Reconciler) judgeGroup(ctx context.Context, g pairGroup, st *stats, w *findingWriter) error {
+// judgeGroup judges g (ops: our increments and captures of its payment,
+// when its provider rows report parts), hands its findings to w and
+// counts it in st.
+func (r *Reconciler) judgeGroup(ctx context.Context, g pairGroup, ops []ourPart, st *stats, w *findingWriter) error {
 	if g.l == nil && len(g.rows) == 0 {
 		return nil
 	}
-	for _, f := range r.judge(g.l, g.rows, st.from, st.to) {
+	for _, f := range r.judge(g.l, g.rows, ops, st.from, st.to) {
 		if err := w.add(ctx, f); err != nil {
 			return err
 		}
@@ -551,9 +570,10 @@ func scanPair(rows pgx.Rows) (pairRow, error) {
 		sRef, sPay, sStatus, sCur *string
 		sAmt, sCap, sRefd         *int64
 		sCreated, sUpdated        *time.Time
+		sParts                    []part
 	)
 	if err := rows.Scan(&lTenant, &lID, &lStatus, &lCur, &lAmt, &lCap, &lRefd, &l.Ref, &l.CaptureBefore, &lCreated, &lUpdated,
-		&sRef, &sPay, &sStatus, &sCur, &sAmt, &sCap, &sRefd, &sCreated, &sUpdated); err != nil {
+		&sRef, &sPay, &sStatus, &sCur, &sAmt, &sCap, &sRefd, &sCreated, &sUpdated, &sParts); err != nil {
 		return pairRow{}, err
 	}
 	var p pairRow
@@ -565,7 +585,7 @@ func scanPair(rows pgx.Rows) (pairRow, error) {
 	}
 	if sRef != nil {
 		p.r = &remote{Ref: *sRef, PaymentID: *sPay, Status: *sStatus, Currency: *sCur, Amount: *sAmt,
-			Captured: *sCap, Refunded: *sRefd, CreatedAt: *sCreated, UpdatedAt: *sUpdated}
+			Captured: *sCap, Refunded: *sRefd, CreatedAt: *sCreated, UpdatedAt: *sUpdated, Parts: sParts}
 	}
 	return p, nil
 }
@@ -592,9 +612,11 @@ var expectedStatus = map[orchestrator.Status]providers.Status{
 }
 
 // judge applies the rules to one payment and the provider rows matched to
-// it (or to unmatched provider rows of one reference). Items that belong to
-// the neighbouring days (seen only in the grace margins) are not judged.
-func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []finding {
+// it (or to unmatched provider rows of one reference); ops are our
+// increments and captures of the payment when its rows report parts.
+// Items that belong to the neighbouring days (seen only in the grace
+// margins) are not judged.
+func (r *Reconciler) judge(l *local, rows []remote, ops []ourPart, from, to time.Time) []finding {
 	switch {
 	case l == nil:
 		return judgeUnmatched(rows, from, to)
@@ -605,7 +627,7 @@ func (r *Reconciler) judge(l *local, rows []remote, from, to time.Time) []findin
 	case len(rows) == 0:
 		return r.judgeAbsent(l)
 	default:
-		return r.judgeMatched(l, rows)
+		return r.judgeMatched(l, rows, ops)
 	}
 }
 
@@ -674,9 +696,10 @@ func (r *Reconciler) judgeAbsent(l *local) []finding {
 
 // judgeMatched compares a payment with the provider rows matched to it:
 // more than one is duplicate_at_provider; the latest is compared for
-// currency, each amount, and state (a lapsed hold, or the state
+// currency, each amount, each part when it reports them (with ops, our
+// increments and captures), and state (a lapsed hold, or the state
 // expectedStatus says).
-func (r *Reconciler) judgeMatched(l *local, rows []remote) []finding {
+func (r *Reconciler) judgeMatched(l *local, rows []remote, ops []ourPart) []finding {
 	var out []finding
 	if len(rows) > 1 {
 		out = append(out, duplicates(l, rows))
@@ -686,6 +709,9 @@ func (r *Reconciler) judgeMatched(l *local, rows []remote) []finding {
 		out = append(out, l.finding(CurrencyMismatch, "currency", l.Currency, rm.Currency))
 	}
 	out = append(out, amountMismatches(l, rm)...)
+	if rm.Parts != nil {
+		out = append(out, partMismatches(l, rm.Parts, ops)...)
+	}
 	if f, ok := r.lapsed(l, &rm); ok {
 		out = append(out, f)
 	} else if want := expectedStatus[orchestrator.Status(l.Status)]; want != providers.Status(rm.Status) &&

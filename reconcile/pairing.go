@@ -25,7 +25,7 @@ import (
 const declareStagedSQL = `
 	DECLARE staged NO SCROLL CURSOR FOR
 	SELECT matched_tenant_id, matched_payment_id, ref, payment_id, status, currency, amount_minor, captured_minor,
-		refunded_minor, created_at, updated_at
+		refunded_minor, created_at, updated_at, parts
 	FROM reconciliation_provider_rows
 	WHERE run_id = $1 AND abandoned_attempt IS NULL
 	ORDER BY coalesce(matched_tenant_id, -1), coalesce(matched_payment_id, ref) COLLATE "C", updated_at, seq`
@@ -106,6 +106,16 @@ func (m *mergedPairs) open(ctx context.Context) error {
 		return replicaFault{fmt.Errorf("pair: window payments: %w", err)}
 	}
 	return nil
+}
+
+// ourParts reads our increments and captures on the replica, where the
+// payments were read.
+func (m *mergedPairs) ourParts(ctx context.Context, keys []paymentKey) (map[paymentKey][]ourPart, error) {
+	ops, err := readOurParts(ctx, m.rtx, keys)
+	if err != nil {
+		return nil, replicaFault{err}
+	}
+	return ops, nil
 }
 
 func (m *mergedPairs) close(ctx context.Context) error {
@@ -219,7 +229,7 @@ func scanStaged(row pgx.CollectableRow) (stagedRow, error) {
 		id     *string
 	)
 	err := row.Scan(&tenant, &id, &s.remote.Ref, &s.remote.PaymentID, &s.remote.Status, &s.remote.Currency,
-		&s.remote.Amount, &s.remote.Captured, &s.remote.Refunded, &s.remote.CreatedAt, &s.remote.UpdatedAt)
+		&s.remote.Amount, &s.remote.Captured, &s.remote.Refunded, &s.remote.CreatedAt, &s.remote.UpdatedAt, &s.remote.Parts)
 	if tenant != nil && id != nil {
 		s.key, s.matched = paymentKey{*tenant, *id}, true
 	}

@@ -165,12 +165,22 @@ func TestReconciliationPairsOnTheReplicaFindTheSame(t *testing.T) {
 	if err := e.fc.Drift(context.Background(), fake.Drift{Kind: fake.DriftDuplicate, Ref: *dup.ProviderRef}); err != nil {
 		t.Fatal(err)
 	}
+	// Flexible holds, whose parts are compared with our increments and
+	// captures read where the payments are: one agrees, one has a capture
+	// of another amount at the provider.
+	e.flexPay(t, 1000, "increment:1500", "part:500", "capture:1100")
+	parted := e.flexPay(t, 1000, "part:400", "part:300")
+	if err := e.fc.Drift(context.Background(), fake.Drift{Kind: fake.DriftPartAmount, Ref: *parted.ProviderRef, Part: 1,
+		AmountMinor: 450}); err != nil {
+		t.Fatal(err)
+	}
 	seedDayOff(t, e.env, 2*5000+123, func(i int) bool { return i%997 == 0 })
 	before := e.paymentScans(t, -1)
 
 	onPrimary, want := reconcileWith(t, e.env, e.env.rec)
-	if len(want) != 3+1+11 {
-		t.Fatalf("on the primary: %d findings, want 15", len(want))
+	if len(want) != 3+1+1+11 || !slices.Contains(findings(want), fmt.Sprintf("part_mismatch/capture %s %s expected=400 actual=450",
+		parted.ID, *parted.ProviderRef)) {
+		t.Fatalf("on the primary: %d findings, want 16 with the part: %q", len(want), findings(want))
 	}
 	onReplica, got := reconcileWith(t, e.env, e.rec)
 	if !slices.Equal(findings(got), findings(want)) {

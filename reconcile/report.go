@@ -19,6 +19,21 @@ type staged struct {
 	// rows they stand for.
 	invalid         []finding
 	invalidInWindow int64
+	index           map[string]int // fingerprint → invalid
+}
+
+// addInvalid keeps f, or counts it as one more copy of a finding kept.
+func (s *staged) addInvalid(f finding) {
+	if s.index == nil {
+		s.index = map[string]int{}
+	}
+	if i, seen := s.index[f.fingerprint()]; seen {
+		copies, _ := s.invalid[i].Detail["copies"].(int)
+		s.invalid[i].Detail["copies"] = max(copies, 1) + 1
+		return
+	}
+	s.index[f.fingerprint()] = len(s.invalid)
+	s.invalid = append(s.invalid, f)
 }
 
 // stage streams the provider's record of [gfrom, gto) into
@@ -26,7 +41,9 @@ type staged struct {
 // memory. A row that cannot be stored or compared does not fail the day:
 // it is left out of staging and, when it belongs to [from, to) (or its
 // times are what is wrong with it), becomes an invalid_provider_row
-// finding.
+// finding. A row whose only fault is in its parts is staged without them
+// (its totals are still compared, as a provider's that reports none) and
+// its parts are an invalid_provider_row finding (field parts).
 func (r *Reconciler) stage(ctx context.Context, conn *pgx.Conn, prov providers.Provider, runID int64,
 	from, to, gfrom, gto time.Time) (staged, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -45,9 +62,8 @@ func (r *Reconciler) stage(ctx context.Context, conn *pgx.Conn, prov providers.P
 		})
 	}()
 	var (
-		out   staged
-		seq   int64
-		index = map[string]int{} // fingerprint → out.invalid
+		out staged
+		seq int64
 	)
 	src := pgx.CopyFromFunc(func() ([]any, error) {
 		for row := range rowsCh {
@@ -58,24 +74,27 @@ func (r *Reconciler) stage(ctx context.Context, conn *pgx.Conn, prov providers.P
 					continue // the neighbouring day's run reports it
 				}
 				out.invalidInWindow++
-				f := invalidRowFinding(row, seq, bad)
-				if i, seen := index[f.fingerprint()]; seen {
-					copies, _ := out.invalid[i].Detail["copies"].(int)
-					out.invalid[i].Detail["copies"] = max(copies, 1) + 1
-					continue
-				}
-				index[f.fingerprint()] = len(out.invalid)
-				out.invalid = append(out.invalid, f)
+				out.addInvalid(invalidRowFinding(row, seq, bad))
 				continue
 			}
+			if bad, ok := checkParts(row.Parts); !ok {
+				if inWindow(row.CreatedAt, from, to) || inWindow(row.UpdatedAt, from, to) {
+					out.addInvalid(invalidRowFinding(row, seq, bad))
+				}
+				row.Parts = nil
+			}
+			parts, err := stagedParts(row)
+			if err != nil {
+				return nil, fmt.Errorf("row %d: parts: %w", seq, err)
+			}
 			return []any{runID, seq, row.Ref, row.PaymentID, string(row.Status), row.AmountMinor, row.CapturedMinor,
-				row.RefundedMinor, strings.ToUpper(row.Currency), row.CreatedAt, row.UpdatedAt}, nil
+				row.RefundedMinor, strings.ToUpper(row.Currency), row.CreatedAt, row.UpdatedAt, parts}, nil
 		}
 		return nil, nil
 	})
 	_, copyErr := conn.CopyFrom(ctx, pgx.Identifier{"reconciliation_provider_rows"},
 		[]string{"run_id", "seq", "ref", "payment_id", "status", "amount_minor", "captured_minor", "refunded_minor",
-			"currency", "created_at", "updated_at"}, src)
+			"currency", "created_at", "updated_at", "parts"}, src)
 	if copyErr != nil {
 		cancel()
 		for range rowsCh { // let the reader finish

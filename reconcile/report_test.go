@@ -26,6 +26,9 @@ func TestABadProviderRowIsADiscrepancyNotAFailedDay(t *testing.T) {
 		added               *fake.Row
 		mangle              func(*providers.ReportRow)
 		wantRef             string
+		// partsOnly: the row is staged without its parts, its totals
+		// compared (they agree), so our payment is not missing.
+		partsOnly bool
 	}{
 		{name: "NULInReference", field: "ref", reason: "contains a NUL byte", wantRef: "fh_bad\uFFFDrow",
 			added: &fake.Row{Ref: "fh_bad\x00row", Status: providers.StatusCaptured, AmountMinor: 999, CapturedMinor: 999,
@@ -43,6 +46,17 @@ func TestABadProviderRowIsADiscrepancyNotAFailedDay(t *testing.T) {
 			mangle: func(r *providers.ReportRow) { r.Currency = "EU\x00" }},
 		{name: "ImpossibleTime", field: "created_at", reason: "out of range",
 			mangle: func(r *providers.ReportRow) { r.CreatedAt = time.Time{} }},
+		// The victim's one part, its capture.
+		{name: "NULInPartKey", field: "parts", partsOnly: true, reason: "part 1: key contains a NUL byte",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].IdempotencyKey += "\x00" }},
+		{name: "UnknownPartKind", field: "parts", partsOnly: true, reason: "part 1: unknown kind",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].Kind = "refund" }},
+		{name: "NegativePartAmount", field: "parts", partsOnly: true, reason: "part 1: negative amount",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].AmountMinor = -1 }},
+		{name: "ImpossiblePartTime", field: "parts", partsOnly: true, reason: "part 1: time out of range",
+			mangle: func(r *providers.ReportRow) { r.Parts[0].CreatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		{name: "TooManyParts", field: "parts", partsOnly: true, reason: "1001 parts",
+			mangle: func(r *providers.ReportRow) { r.Parts = make([]providers.ReportPart, 1001) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -64,9 +78,11 @@ func TestABadProviderRowIsADiscrepancyNotAFailedDay(t *testing.T) {
 				}}
 				e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": prov},
 					Clock: e.clk.Now})
-				// Our payment lost its only provider row.
-				want += "," + reconcile.MissingAtProvider + "/"
-				rows--
+				if !tc.partsOnly {
+					// Our payment lost its only provider row.
+					want += "," + reconcile.MissingAtProvider + "/"
+				}
+				rows-- // no row added
 			}
 			run, ds := e.run(t)
 			if got := categories(ds); got != want {
