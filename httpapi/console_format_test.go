@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-<<<<<<< HEAD
 	"github.com/payorch/payorch/orchestrator"
-=======
 	"github.com/payorch/payorch/reconcile"
->>>>>>> recon30
 )
 
 func TestFormatMinor(t *testing.T) {
@@ -65,7 +62,6 @@ func TestConsoleWaitingSpans(t *testing.T) {
 	}
 }
 
-<<<<<<< HEAD
 // A state change made by an operation reads as what the operation did;
 // any other event, or a detail that is not an operation's, is left to
 // the detail's JSON.
@@ -98,7 +94,10 @@ func TestConsoleOperationChange(t *testing.T) {
 			t.Errorf("%v: %q, want none", tc.ev.Detail, got.Text)
 		case tc.want != "" && (got == nil || got.Text != tc.want || got.OperationID != tc.ev.Detail["operation_id"]):
 			t.Errorf("%v: %+v, want %q", tc.ev.Detail, got, tc.want)
-=======
+		}
+	}
+}
+
 // The amounts of amount_mismatch and part_mismatch show as money; a side
 // a part is absent from, and the values of other categories, as they are.
 func TestConsoleDiscrepancyValues(t *testing.T) {
@@ -115,7 +114,6 @@ func TestConsoleDiscrepancyValues(t *testing.T) {
 		d := reconcile.Discrepancy{Category: tc.category, Currency: tc.currency}
 		if got := discrepancyValue(d, tc.v); got != tc.want {
 			t.Errorf("%s %s %q: %q, want %q", tc.category, tc.currency, tc.v, got, tc.want)
->>>>>>> recon30
 		}
 	}
 }
