@@ -552,6 +552,44 @@ func TestOpenAPIContract(t *testing.T) {
 		}
 	})
 
+	t.Run("FeeSchedules", func(t *testing.T) {
+		fees := "/v1/connectors/fake/fees"
+		res, b := ct.do(t, call{method: "GET", path: fees, apiKey: admin})
+		wantProblem(t, res, b, 404, "not_found")
+		schedule := `{"currencies":{"EUR":{"percent_bp":140,"fixed_minor":25}},"default":{"percent_bp":290,"fixed_minor":30},` +
+			`"tolerance_minor":1}`
+		res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin, body: schedule})
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), `"version":1`) {
+			t.Fatalf("first version: %s", b)
+		}
+		res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin, body: schedule}) // the same: nothing stored
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), `"version":1`) {
+			t.Fatalf("the same schedule again: %s", b)
+		}
+		res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin,
+			body: `{"currencies":{"EUR":{"percent_bp":150,"fixed_minor":25}},"tolerance_minor":0}`})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: fees, apiKey: admin})
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"percent_bp":150`) {
+			t.Fatalf("active version: %s", b)
+		}
+		res, b = ct.do(t, call{method: "GET", path: fees + "/versions?limit=1", apiKey: admin})
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), `"has_more":true`) {
+			t.Fatalf("versions: %s", b)
+		}
+		res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin, offContract: true,
+			body: `{"currencies":{"EUR":{"percent_bp":10001,"fixed_minor":0}}}`})
+		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "PUT", path: "/v1/connectors/nope/fees", apiKey: admin, body: schedule})
+		wantProblem(t, res, b, 404, "not_found")
+		res, b = ct.do(t, call{method: "GET", path: fees, apiKey: finance})
+		wantProblem(t, res, b, 403, "forbidden")
+	})
+
 	t.Run("Reconciliation", func(t *testing.T) {
 		res, b := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-rec",
 			body: `{"amount_minor":700,"currency":"EUR"}`})

@@ -293,6 +293,10 @@ func (s *Server) routes() {
 		v1.GET("/reconciliation/runs/:id", s.getRun, finance)
 		v1.GET("/reconciliation/runs/:id/discrepancies", s.listDiscrepancies, finance)
 		v1.POST("/reconciliation/discrepancies/:id/resolve", s.resolveDiscrepancy, finance)
+		admin := requireRole(orchestrator.RoleAdmin)
+		v1.GET("/connectors/:name/fees", s.getFeeSchedule, admin)
+		v1.PUT("/connectors/:name/fees", s.putFeeSchedule, admin)
+		v1.GET("/connectors/:name/fees/versions", s.listFeeScheduleVersions, admin)
 	}
 }
 

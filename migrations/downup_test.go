@@ -69,6 +69,8 @@ INSERT INTO payment_methods (tenant_id, id, idempotency_key, request_hash, type,
 		'\x02', now() + interval '1 hour', now());
 INSERT INTO payment_method_keys (tenant_id, payment_method_id, kek_version, wrapped_key)
 	VALUES (1, 'vpm_' || repeat('0', 31) || '1', 1, '\x03');
+INSERT INTO fee_schedules (connector, version, schedule, created_by, created_at)
+	VALUES ('fake', 1, '{"currencies":{"EUR":{"percent_bp":140,"fixed_minor":25}},"default":null,"tolerance_minor":0}', 'key_s', now());
 `
 
 // TestEveryMigrationDownAndUpWithRows runs each migration's Down, then its
