@@ -147,7 +147,7 @@ func (s *Server) extendPayment(c echo.Context) error {
 }
 
 // incrementPayment: POST /v1/payments/{id}/increment (merchant): raise
-// the hold to amount_minor in all.
+// the hold to amount_minor in all, or by increase_minor.
 func (s *Server) incrementPayment(c echo.Context) error {
 	return s.paymentOperation(c, orchestrator.OpIncrement, (*orchestrator.Service).Increment)
 }
@@ -160,7 +160,8 @@ func (s *Server) confirmPayment(c echo.Context) error {
 
 type operationFunc func(*orchestrator.Service, context.Context, *orchestrator.Claim, orchestrator.OperationInput) (orchestrator.Outcome, error)
 
-// paymentOperation is the one handler shape of capture, cancel and refund.
+// paymentOperation is the one handler shape of capture, cancel, refund,
+// extend, increment and confirm.
 func (s *Server) paymentOperation(c echo.Context, op string, do operationFunc) error {
 	id := c.Param("id")
 	var req captureRequest
