@@ -16,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76/balancetransaction"
 	"github.com/stripe/stripe-go/v76/event"
 	"github.com/stripe/stripe-go/v76/paymentintent"
+	"github.com/stripe/stripe-go/v76/payout"
 	"github.com/stripe/stripe-go/v76/refund"
 
 	"github.com/payorch/payorch/providers"
@@ -37,7 +38,7 @@ const listPageSize = 100
 type Config struct {
 	// SecretKey is the account's secret key ("sk_test_…", "sk_live_…") or
 	// a restricted key ("rk_…") allowed to write PaymentIntents and Refunds
-	// and to read Balance Transactions and Events.
+	// and to read Balance (balance transactions), Payouts and Events.
 	SecretKey string
 	// APIBase is the base URL of the API; default DefaultAPIBase. Point it
 	// at stripe-mock ("http://127.0.0.1:12111") or at an egress proxy. Plain
@@ -116,6 +117,7 @@ type Client struct {
 	refunds  refund.Client
 	balance  balancetransaction.Client
 	events   event.Client
+	payouts  payout.Client
 	pageSize int64
 	// webhookSecret verifies webhooks (webhook.go).
 	webhookSecret string
@@ -150,6 +152,7 @@ func New(cfg Config) (*Client, error) {
 		refunds:  refund.Client{B: backend, Key: cfg.SecretKey},
 		balance:  balancetransaction.Client{B: backend, Key: cfg.SecretKey},
 		events:   event.Client{B: backend, Key: cfg.SecretKey},
+		payouts:  payout.Client{B: backend, Key: cfg.SecretKey},
 		pageSize: listPageSize,
 
 		webhookSecret: cfg.WebhookSecret,

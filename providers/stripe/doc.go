@@ -120,6 +120,33 @@
 // reversals, refunds) and those canceled in the day (events), one row each
 // in its current state.
 //
+// # Money movements
+//
+// The Client is a providers.MoneyReporter. BalanceTransactions lists the
+// window's balance transactions (GET /v1/balance_transactions, source
+// expanded) and Payouts the window's payouts (GET /v1/payouts), both by
+// creation time. A transaction's type is read from its reporting category:
+//
+//	charge                                   charge
+//	refund, refund_failure                   refund
+//	dispute, dispute_reversal                dispute
+//	payout                                   payout
+//	partial_capture_reversal, payout_reversal,
+//	  fee, other_adjustment, anything else   adjustment
+//
+// Gross, fee and net are Stripe's amount, fee and net (net = gross − fee;
+// out of the balance is negative, a fee returned negative), the currency
+// upper case; HoldRef is the PaymentIntent behind a charge, refund or
+// dispute, PaymentID a charge's metadata payment_id. Stripe names no payout
+// on a transaction: PayoutID is found by listing, for each automatic payout
+// created since the window's start, the window's transactions it paid (GET
+// /v1/balance_transactions?payout=po_…), one list per payout; a manual
+// payout's items cannot be listed and keep PayoutID "". OperationKey is
+// always "": Stripe keeps no idempotency key on its objects. A payout's
+// ArrivalDate is the UTC date of its arrival_date, its Reference the
+// statement descriptor ("" when it has none: stripe-go v76 has no trace
+// id).
+//
 // # Running against Stripe test mode
 //
 // Stripe's test mode is a full Stripe account that moves no money. To run
@@ -128,7 +155,7 @@
 //  1. In the Stripe Dashboard, switch to test mode and copy the secret key
 //     from Developers → API keys ("sk_test_…"). A restricted key
 //     ("rk_test_…") works too if it may write PaymentIntents and Refunds and
-//     read Balance Transactions and Events.
+//     read Balance (balance transactions), Payouts and Events.
 //
 //  2. Configure the provider with the variables below.
 //

@@ -65,7 +65,10 @@ type emuRefund struct {
 
 type emuBT struct {
 	id, typ, category, currency, source string
-	amount, fee, created                int64
+	amount, fee, created, availableOn   int64
+	// payout is the payout that paid it out ("" while none has; a
+	// payout's own transaction names it).
+	payout string
 }
 
 type emuEvent struct {
@@ -378,7 +381,7 @@ func (e *emulator) balanceTx(typ, category, source, currency string, amount, cre
 		fee = 25 + amount*14/1000
 	}
 	e.bts = append(e.bts, &emuBT{id: e.newID("txn"), typ: typ, category: category, currency: currency,
-		source: source, amount: amount, fee: fee, created: created})
+		source: source, amount: amount, fee: fee, created: created, availableOn: created + emuAvailableAfter})
 }
 
 func (e *emulator) getIntent(r *http.Request, q url.Values) answer {
@@ -411,21 +414,31 @@ func (e *emulator) listIntents(_ *http.Request, q url.Values) answer {
 	return page("/v1/payment_intents", items, q)
 }
 
+// listBalance lists balance transactions; with payout=po_…, only those
+// that automatic payout paid out (its own transaction among them).
 func (e *emulator) listBalance(_ *http.Request, q url.Values) answer {
+	if id := q.Get("payout"); id != "" {
+		if bad := e.checkPayoutFilter(id); bad != nil {
+			return *bad
+		}
+	}
 	var items []listed
 	for i, bt := range e.bts {
+		if id := q.Get("payout"); id != "" && bt.payout != id {
+			continue
+		}
 		items = append(items, listed{id: bt.id, created: bt.created, seq: i, json: func() map[string]any {
 			var src any = bt.source
 			if expands(q, "data.source") {
-				if re := e.refunds[bt.source]; re != nil {
-					src = refundJSON(re)
-				} else {
-					src = e.chargeJSON(e.charges[bt.source])
-				}
+				src = e.sourceJSON(bt.source)
+			}
+			status := "available"
+			if bt.availableOn > now() {
+				status = "pending"
 			}
 			return map[string]any{"id": bt.id, "object": "balance_transaction", "amount": bt.amount, "fee": bt.fee,
 				"net": bt.amount - bt.fee, "currency": bt.currency, "created": bt.created, "type": bt.typ,
-				"reporting_category": bt.category, "status": "available", "source": src}
+				"available_on": bt.availableOn, "reporting_category": bt.category, "status": status, "source": src}
 		}})
 	}
 	return page("/v1/balance_transactions", items, q)
@@ -528,7 +541,7 @@ func (e *emulator) chargeJSON(ch *emuCharge) map[string]any {
 		"id": ch.id, "object": "charge", "amount": ch.amount, "amount_captured": ch.captured,
 		"amount_refunded": ch.refunded, "captured": ch.isCaptured, "created": ch.created, "currency": ch.currency,
 		"paid": ch.status == "succeeded", "refunded": ch.refunded == ch.amount, "status": ch.status,
-		"failure_code": nullable(ch.failureCode), "payment_intent": ch.intent,
+		"failure_code": nullable(ch.failureCode), "payment_intent": ch.intent, "metadata": e.intents[ch.intent].metadata,
 		"payment_method_details": map[string]any{"type": "card", "card": card},
 	}
 }

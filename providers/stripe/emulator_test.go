@@ -20,7 +20,9 @@ import (
 // the adapter: PaymentIntents (create, confirm, capture, cancel, retrieve,
 // list; 3-D Secure challenges the test completes or fails, see
 // emulator_3ds_test.go; incremental authorization, multicapture and
-// overcapture, see emulator_flex_test.go), refunds, balance transactions and events, with Stripe's
+// overcapture, see emulator_flex_test.go), refunds, balance transactions
+// (fee, net, available_on, reporting category, the payout filter), payouts
+// and disputes (planted by the test, see emulator_money_test.go) and events, with Stripe's
 // idempotency (same key and parameters replay the stored answer, other
 // parameters are a 400 idempotency_error, a key still executing is a 409
 // idempotency_key_in_use). It records every request, fails the test on a
@@ -37,6 +39,8 @@ type emulator struct {
 	charges  map[string]*emuCharge
 	refunds  map[string]*emuRefund
 	bts      []*emuBT
+	payouts  map[string]*emuPayout
+	disputes map[string]*emuDispute
 	events   []*emuEvent
 	keys     map[string]*emuKey
 	executed map[string]int
@@ -82,8 +86,9 @@ type emuFault struct {
 	key, path string
 	status    int
 	body      any
-	// count is how many requests it still applies to.
-	count            int
+	// count is how many requests it still applies to, after the first
+	// skip matching ones.
+	count, skip      int
 	arrived, release chan struct{}
 }
 
@@ -103,6 +108,7 @@ func newEmulator(t *testing.T) *emulator {
 	e := &emulator{
 		t: t, secret: emuSecret,
 		intents: map[string]*emuIntent{}, charges: map[string]*emuCharge{}, refunds: map[string]*emuRefund{},
+		payouts: map[string]*emuPayout{}, disputes: map[string]*emuDispute{},
 		keys: map[string]*emuKey{}, executed: map[string]int{},
 	}
 	mux := http.NewServeMux()
@@ -124,7 +130,8 @@ func newEmulator(t *testing.T) *emulator {
 	mux.HandleFunc("POST /v1/refunds", e.write(e.createRefund, "payment_intent", "amount", "expand["))
 	mux.HandleFunc("GET /v1/payment_intents/{id}", e.read(e.getIntent, "expand["))
 	mux.HandleFunc("GET /v1/payment_intents", e.read(e.listIntents, "created[", "limit", "starting_after", "expand["))
-	mux.HandleFunc("GET /v1/balance_transactions", e.read(e.listBalance, "created[", "limit", "starting_after", "expand["))
+	mux.HandleFunc("GET /v1/balance_transactions", e.read(e.listBalance, "created[", "limit", "starting_after", "expand[", "payout"))
+	mux.HandleFunc("GET /v1/payouts", e.read(e.listPayouts, "created[", "limit", "starting_after"))
 	mux.HandleFunc("GET /v1/events", e.read(e.listEvents, "created[", "limit", "starting_after", "type"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		e.t.Errorf("emulator: unexpected request %s %s", r.Method, r.URL.Path)
@@ -290,6 +297,10 @@ func (e *emulator) write(fn func(r *http.Request, form url.Values) answer, allow
 func (e *emulator) fault(key, path string) *emuFault {
 	for i, f := range e.faults {
 		if (f.key == "" || f.key == key) && (f.path == "" || strings.HasSuffix(path, f.path)) {
+			if f.skip > 0 {
+				f.skip--
+				continue
+			}
 			if f.count--; f.count <= 0 {
 				e.faults = slices.Delete(e.faults, i, i+1)
 			}

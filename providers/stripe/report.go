@@ -2,10 +2,8 @@ package stripe
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	stripego "github.com/stripe/stripe-go/v76"
 
@@ -44,14 +42,9 @@ const (
 // events. Report returns fn's first error as is; a failed request is
 // classified like any call (rows already passed to fn stand).
 func (c *Client) Report(ctx context.Context, req providers.ReportRequest, fn func(providers.ReportRow) error) error {
-	if !req.From.Before(req.To) {
-		return rejected(opReport, fmt.Sprintf("empty window [%s, %s)", req.From, req.To))
-	}
-	window := &stripego.RangeQueryParams{GreaterThanOrEqual: req.From.Unix(), LesserThan: req.To.Unix()}
-	if req.To.Truncate(time.Second).Before(req.To) {
-		// Stripe's timestamps are whole seconds: [From, To) rounds out to
-		// the seconds it touches.
-		window.LesserThan++
+	window, err := windowOf(opReport, req)
+	if err != nil {
+		return err
 	}
 	r := &reporter{c: c, ctx: ctx, fn: fn, seen: map[string]bool{}}
 	if err := r.intents(window); err != nil {
@@ -150,6 +143,9 @@ func intentOf(bt *stripego.BalanceTransaction) string {
 			return idOf(ch.PaymentIntent)
 		}
 	case src.Dispute != nil:
+		if id := idOf(src.Dispute.PaymentIntent); id != "" {
+			return id
+		}
 		if ch := src.Dispute.Charge; ch != nil {
 			return idOf(ch.PaymentIntent)
 		}

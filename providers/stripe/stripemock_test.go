@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,40 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 				func(providers.ReportRow) error { rows++; return nil })
 			if err == nil && rows == 0 {
 				err = fmt.Errorf("no rows from stripe-mock's fixtures")
+			}
+			return err
+		}},
+		{"BalanceTransactions", func() error {
+			var bts []providers.BalanceTransaction
+			now := time.Now()
+			err := c.BalanceTransactions(ctx, providers.ReportRequest{From: now.Add(-24 * time.Hour), To: now},
+				func(bt providers.BalanceTransaction) error { bts = append(bts, bt); return nil })
+			switch {
+			case err != nil:
+			case len(bts) == 0:
+				err = fmt.Errorf("no balance transactions from stripe-mock's fixtures")
+			case bts[0].ID == "" || bts[0].Currency == "" || bts[0].Type == "":
+				err = fmt.Errorf("balance transaction %+v", bts[0])
+			case !slices.ContainsFunc(rec.since(0), func(a recordedAnswer) bool {
+				return strings.Contains(a.request, "/v1/balance_transactions?") && strings.Contains(a.request, "payout=po_")
+			}):
+				// The fixture payout is automatic: its transactions are
+				// listed with the payout filter.
+				err = fmt.Errorf("no list of a payout's transactions was sent")
+			}
+			return err
+		}},
+		{"Payouts", func() error {
+			var pos []providers.Payout
+			now := time.Now()
+			err := c.Payouts(ctx, providers.ReportRequest{From: now.Add(-24 * time.Hour), To: now},
+				func(po providers.Payout) error { pos = append(pos, po); return nil })
+			switch {
+			case err != nil:
+			case len(pos) == 0:
+				err = fmt.Errorf("no payouts from stripe-mock's fixtures")
+			case pos[0].ID == "" || pos[0].Currency == "" || pos[0].Status == "":
+				err = fmt.Errorf("payout %+v", pos[0])
 			}
 			return err
 		}},
