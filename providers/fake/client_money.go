@@ -24,21 +24,44 @@ var _ providers.MoneyReporter = (*Client)(nil)
 // counts other lines than were read, is KindUnknown (those already passed
 // to fn stand); an answer of the server is an error as for Report.
 func (c *Client) BalanceTransactions(ctx context.Context, req providers.ReportRequest, fn func(providers.BalanceTransaction) error) error {
-	return streamList(ctx, c, OpBalanceTransactions, "/v1/balance_transactions", req, objectBalanceTransaction, objectBalanceEnd,
-		func(b BalanceTransaction) error { return fn(b.BalanceTransaction()) })
+	var line struct {
+		Object string `json:"object"`
+		Count  int    `json:"count"`
+		BalanceTransaction
+	}
+	return c.streamList(ctx, OpBalanceTransactions, "/v1/balance_transactions", req, objectBalanceTransaction, objectBalanceEnd,
+		func(dec *json.Decoder) (string, int, error) {
+			line.Object, line.Count, line.BalanceTransaction = "", 0, BalanceTransaction{}
+			err := dec.Decode(&line)
+			return line.Object, line.Count, err
+		},
+		func() error { return fn(line.BalanceTransaction.BalanceTransaction()) })
 }
 
 // Payouts streams GET /v1/payouts for [req.From, req.To) to fn, likewise:
 // the payouts the fake made in the window (those due by its clock are
 // made when asked), with their status by its clock.
 func (c *Client) Payouts(ctx context.Context, req providers.ReportRequest, fn func(providers.Payout) error) error {
-	return streamList(ctx, c, OpPayouts, "/v1/payouts", req, objectPayout, objectPayoutEnd,
-		func(p Payout) error { return fn(p.Payout()) })
+	var line struct {
+		Object string `json:"object"`
+		Count  int    `json:"count"`
+		Payout
+	}
+	return c.streamList(ctx, OpPayouts, "/v1/payouts", req, objectPayout, objectPayoutEnd,
+		func(dec *json.Decoder) (string, int, error) {
+			line.Object, line.Count, line.Payout = "", 0, Payout{}
+			err := dec.Decode(&line)
+			return line.Object, line.Count, err
+		},
+		func() error { return fn(line.Payout.Payout()) })
 }
 
-// streamList reads a listing of JSON lines: items of object item, then the
-// end marker of object end with their count.
-func streamList[T any](ctx context.Context, c *Client, op Op, path string, req providers.ReportRequest, item, end string, fn func(T) error) error {
+// streamList reads a listing of JSON lines, each decoded whole by next
+// (its object and, for the end marker, count): items of object item,
+// each passed on by emit, then the end marker of object end with their
+// count.
+func (c *Client) streamList(ctx context.Context, op Op, path string, req providers.ReportRequest, item, end string,
+	next func(*json.Decoder) (object string, count int, err error), emit func() error) error {
 	q := url.Values{
 		"from": {req.From.UTC().Format(time.RFC3339Nano)},
 		"to":   {req.To.UTC().Format(time.RFC3339Nano)},
@@ -54,38 +77,26 @@ func streamList[T any](ctx context.Context, c *Client, op Op, path string, req p
 	}
 	dec := json.NewDecoder(resp.Body)
 	for n := 0; ; {
-		var line json.RawMessage
-		var head struct {
-			Object string `json:"object"`
-			Count  int    `json:"count"`
-		}
-		err := dec.Decode(&line)
-		if err == nil {
-			err = json.Unmarshal(line, &head)
-		}
+		object, count, err := next(dec)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
 			return providers.TransportError("fake", string(op), fmt.Errorf("listing cut after %d lines: %w", n, err), true)
 		}
-		switch head.Object {
+		switch object {
 		case item:
-			var v T
-			if err := json.Unmarshal(line, &v); err != nil {
-				return providers.TransportError("fake", string(op), fmt.Errorf("line %d undecodable: %w", n+1, err), true)
-			}
 			n++
-			if err := fn(v); err != nil {
+			if err := emit(); err != nil {
 				return err
 			}
 		case end:
-			if head.Count != n {
-				return providers.TransportError("fake", string(op), fmt.Errorf("listing ended after %d lines but announced %d", n, head.Count), true)
+			if count != n {
+				return providers.TransportError("fake", string(op), fmt.Errorf("listing ended after %d lines but announced %d", n, count), true)
 			}
 			return nil
 		default:
-			return providers.TransportError("fake", string(op), fmt.Errorf("listing line of unknown object %q", head.Object), true)
+			return providers.TransportError("fake", string(op), fmt.Errorf("listing line of unknown object %q", object), true)
 		}
 	}
 }
