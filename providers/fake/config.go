@@ -70,7 +70,9 @@ type Config struct {
 	// is created; an unreadable or invalid one is an error, never a silent
 	// reset) and rewritten atomically (temporary file, fsync, rename) after
 	// every request that changes the state: holds, refunds, completed
-	// idempotency keys and their answers, the operations log, drifts.
+	// idempotency keys and their answers, the operations log, drifts,
+	// balance transactions, payouts and money drifts (a listing that made
+	// payouts rewrites it too).
 	// Armed faults are not kept. Every change writes the whole state, so
 	// this suits development, not load. Empty (the default): memory only.
 	StateFile string

@@ -85,7 +85,9 @@
 // it starts and rewrites the file, atomically and under the state lock,
 // after every request that changed the state: keyed writes (creates and
 // every executed operation, refusals included, with their stored answers),
-// seeding and drift changes. The file is a JSON document with a "version";
+// seeding, disputes, drift changes and listings that made payouts (see
+// Money). Files of builds before the money load as a fake that moved
+// none; what they hold is not booked after the fact. The file is a JSON document with a "version";
 // a missing file is an empty state, an unreadable or invalid one makes
 // Start fail. Armed faults and idempotency keys still executing are not
 // kept.
