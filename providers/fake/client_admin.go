@@ -119,8 +119,10 @@ func (c *Client) WebhookDeliveries(ctx context.Context) ([]WebhookDelivery, erro
 	return out.Data, nil
 }
 
-// OpenDispute simulates a dispute of a captured hold and returns the
-// dispute.created event the server sends.
+// OpenDispute simulates a dispute of a captured hold: the server books
+// the withdrawal of the disputed amount (a balance transaction of type
+// dispute, with the schedule's dispute fee) and returns the
+// dispute.created event, which it sends when it has a webhook URL.
 func (c *Client) OpenDispute(ctx context.Context, d Dispute) (Event, error) {
 	var ev Event
 	if err := c.call(ctx, opAdmin, http.MethodPost, "/_admin/disputes", "", d, &ev); err != nil {

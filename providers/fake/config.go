@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -24,7 +25,23 @@ const (
 	// granted incremental authorization may be raised
 	// (Config.IncrementPercent).
 	DefaultIncrementPercent = 100
+	// DefaultPayoutDelayDays is how many days after it is booked a
+	// movement becomes available and is paid out (Config.PayoutDelayDays).
+	DefaultPayoutDelayDays = 2
+	// The fee rule of every currency Config.Fees does not name, unless
+	// Config.DefaultFee says otherwise: 1.4 % + 25 minor units a charge,
+	// 1500 minor units a dispute (money.go).
+	DefaultFeePercentBP    = 140
+	DefaultFeeFixedMinor   = 25
+	DefaultDisputeFeeMinor = 1500
 )
+
+// maxPayoutDelayDays bounds Config.PayoutDelayDays.
+const maxPayoutDelayDays = 30
+
+// maxFeeMinor bounds the fixed parts of a FeeRule, so that a fee stays far
+// from overflowing int64.
+const maxFeeMinor = 1_000_000_000_000
 
 // maxFlexPercent bounds Config.OvercapturePercent and IncrementPercent.
 const maxFlexPercent = 1000
@@ -53,7 +70,9 @@ type Config struct {
 	// is created; an unreadable or invalid one is an error, never a silent
 	// reset) and rewritten atomically (temporary file, fsync, rename) after
 	// every request that changes the state: holds, refunds, completed
-	// idempotency keys and their answers, the operations log, drifts.
+	// idempotency keys and their answers, the operations log, drifts,
+	// balance transactions, payouts and money drifts (a listing that made
+	// payouts rewrites it too).
 	// Armed faults are not kept. Every change writes the whole state, so
 	// this suits development, not load. Empty (the default): memory only.
 	StateFile string
@@ -99,6 +118,21 @@ type Config struct {
 	// authorized. 1 to 1000; default (0) DefaultIncrementPercent, 100
 	// (up to twice the first amount).
 	IncrementPercent int
+	// Fees is the fee schedule of this fake (of the connector it plays),
+	// by currency (ISO 4217, upper case): what it charges on each charge
+	// and dispute it books (money.go). A rule given here is taken as it
+	// is, zero fields meaning no fee. Default: none, every currency
+	// under DefaultFee.
+	Fees map[string]FeeRule
+	// DefaultFee is the rule of every currency Fees does not name. Nil
+	// (the default): DefaultFeePercentBP (1.4 %), DefaultFeeFixedMinor
+	// (25) and DefaultDisputeFeeMinor (1500); &FeeRule{} charges nothing.
+	DefaultFee *FeeRule
+	// PayoutDelayDays is N of the payout schedule, daily at T+N: what is
+	// booked on day T (UTC) becomes available at midnight of day T+N and
+	// is paid out that day. 1 to 30; default (0) DefaultPayoutDelayDays,
+	// 2.
+	PayoutDelayDays int
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -126,6 +160,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IncrementPercent == 0 {
 		c.IncrementPercent = DefaultIncrementPercent
+	}
+	// Copied, so a caller changing its map later changes nothing here.
+	c.Fees = maps.Clone(c.Fees)
+	if c.DefaultFee == nil {
+		c.DefaultFee = &FeeRule{PercentBP: DefaultFeePercentBP, FixedMinor: DefaultFeeFixedMinor, DisputeMinor: DefaultDisputeFeeMinor}
+	}
+	if c.PayoutDelayDays == 0 {
+		c.PayoutDelayDays = DefaultPayoutDelayDays
 	}
 	if c.WebhookClient == nil {
 		c.WebhookClient = &http.Client{Timeout: 10 * time.Second}
@@ -166,6 +208,27 @@ func (c Config) validate() error {
 	}
 	if c.ExpiryCheck < 0 {
 		return fmt.Errorf("fake: Config.ExpiryCheck must not be negative, got %s", c.ExpiryCheck)
+	}
+	return c.validateMoney()
+}
+
+// validateMoney checks the fee and payout schedules.
+func (c Config) validateMoney() error {
+	if c.PayoutDelayDays < 0 || c.PayoutDelayDays > maxPayoutDelayDays {
+		return fmt.Errorf("fake: Config.PayoutDelayDays must be within [0, %d], got %d", maxPayoutDelayDays, c.PayoutDelayDays)
+	}
+	for cur, r := range c.Fees {
+		if !validCurrency(cur) {
+			return fmt.Errorf("fake: Config.Fees: %q is not an ISO 4217 code in upper case", cur)
+		}
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("fake: Config.Fees[%s]: %w", cur, err)
+		}
+	}
+	if c.DefaultFee != nil {
+		if err := c.DefaultFee.validate(); err != nil {
+			return fmt.Errorf("fake: Config.DefaultFee: %w", err)
+		}
 	}
 	return nil
 }

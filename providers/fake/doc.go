@@ -23,6 +23,8 @@
 //	POST   /v1/holds/{ref}/refunds    refund, 0/omitted = rest   (operation "refund")
 //	GET    /v1/holds/{ref}            look a hold up             (operation "lookup")
 //	GET    /v1/report?from=&to=       JSON lines, [from, to)     (operation "report")
+//	GET    /v1/balance_transactions?from=&to=  JSON lines, [from, to) (see Money)
+//	GET    /v1/payouts?from=&to=      JSON lines, [from, to)     (see Money)
 //	GET    /healthz                   200 "ok"
 //	GET    /_admin/operations[?idempotency_key=K]   executed operations
 //	GET    /_admin/faults             armed faults
@@ -30,12 +32,15 @@
 //	DELETE /_admin/faults             disarm every fault
 //	POST   /_admin/report/drift       alter the report output (Drift)
 //	DELETE /_admin/report/drift       clear every drift
+//	POST   /_admin/money/drift        alter the money listings (MoneyDrift)
+//	DELETE /_admin/money/drift        clear every money drift
 //	POST   /_admin/holds              seed holds (JSON lines of SeedHold)
 //	GET    /_admin/webhooks           what happened to the webhooks sent (WebhookDelivery)
 //	GET    /_admin/webhooks/faults    armed webhook faults
 //	POST   /_admin/webhooks/faults    arm a WebhookFault (drop, duplicate, delay, reorder)
 //	DELETE /_admin/webhooks/faults    disarm every webhook fault
-//	POST   /_admin/disputes           simulate a dispute of a captured hold (Dispute)
+//	POST   /_admin/disputes           simulate a dispute of a captured hold (Dispute): its
+//	                                  withdrawal is booked; dispute.created sent with webhooks
 //	POST   /_admin/holds/{ref}/authenticate  {"result":"complete"|"fail"}: what the challenge
 //	                                  page's buttons do, without the redirect
 //	GET    /3ds/{ref}?token=T         the challenge page (HTML, no bearer token: see 3-D Secure)
@@ -80,7 +85,9 @@
 // it starts and rewrites the file, atomically and under the state lock,
 // after every request that changed the state: keyed writes (creates and
 // every executed operation, refusals included, with their stored answers),
-// seeding and drift changes. The file is a JSON document with a "version";
+// seeding, disputes, drift changes and listings that made payouts (see
+// Money). Files of builds before the money load as a fake that moved
+// none; what they hold is not booked after the fact. The file is a JSON document with a "version";
 // a missing file is an empty state, an unreadable or invalid one makes
 // Start fail. Armed faults and idempotency keys still executing are not
 // kept.
@@ -260,4 +267,60 @@
 // total, or the amount captured), "idempotency_key", "created_at"}], in
 // order; seeded holds have none. Drifts part_amount, part_drop and
 // part_add alter them in the report only.
+//
+// # Money
+//
+// The fake keeps a balance, as Stripe does, and reports its movements.
+// Every money movement books one balance transaction: each capture (each
+// part of a multicapture hold too) a charge of the amount captured; each
+// refund a refund (gross negative); each dispute (POST /_admin/disputes)
+// the withdrawal of the disputed amount (gross negative); a seeded hold a
+// charge of its captured_minor and a refund of its refunded_minor, at its
+// updated_at. Authorizations, increments, cancels, expiries and declines
+// move no money and book nothing. A movement carries the hold
+// (hold_ref), the payment (payment_id, from the metadata), the
+// idempotency key of the request that made it (operation_key; none for
+// disputes and seeds), and its source: the hold for a charge, the refund,
+// the dispute, the payout.
+//
+// Fees follow the fake's schedule, Config.Fees by currency, else
+// Config.DefaultFee (default 140 basis points + 25 minor units a charge,
+// 1500 a dispute): a charge pays gross × percent_bp / 10000 rounded half
+// up to a whole minor unit, plus fixed_minor (int64 throughout, never a
+// float; a fee may exceed a tiny charge, its net then negative); a refund
+// pays none and returns none of the charge's fee (as at Stripe); a
+// dispute pays dispute_minor. Net is gross − fee.
+//
+// Payouts are daily at T+N (N = Config.PayoutDelayDays, default 2, UTC
+// days): a movement booked on day T is available at midnight of T+N
+// (available_on). Each day D, per currency, the movements available by D
+// and not yet paid out are paid out in one payout created at D's
+// midnight, when their nets add up to more than zero; otherwise they are
+// carried to the next day that has more (a negative balance carries over
+// as at Stripe). A payout books its own movement (type payout, gross and
+// net −amount, payout_id its own); every item gets payout_id. Its
+// arrival_date is the next midnight; its status is in_transit until then
+// by Config.Clock, then paid; its reference "FAKEPAYOUT-" and its id's
+// hex digits in upper case. Payouts are made when asked for (a listing,
+// a money drift) for every day up to the clock's, and kept, so answers
+// are stable and a settable clock decides them. A movement seeded with a
+// time whose payout day was already made goes into the next day's.
+//
+// GET /v1/balance_transactions?from=&to= streams one JSON line per
+// movement created in [from, to) ({"object":"balance_transaction","id",
+// "type","source","hold_ref","payment_id","operation_key","gross_minor",
+// "fee_minor","net_minor","currency","payout_id","created_at",
+// "available_on"}) then {"object":"balance_transactions_end","count":N};
+// GET /v1/payouts?from=&to= one per payout created in [from, to)
+// ({"object":"payout","id","amount_minor","currency","status",
+// "arrival_date","reference","created_at"}) then
+// {"object":"payouts_end","count":N}. Faults target them as operations
+// balance_transactions and payouts.
+//
+// Money drifts (POST /_admin/money/drift, a MoneyDrift) alter these
+// listings, never the balance: fee (a wrong fee, the net and the payout
+// following), balance_transaction_drop, payout_item_drop (the item
+// without its payout, the payout's amount unchanged), payout_item_add (an
+// unknown item, the payout's amount following), payout_amount and
+// payout_status (failed, or in_transit forever).
 package fake

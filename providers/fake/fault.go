@@ -23,8 +23,8 @@ const (
 	// FaultTimeoutAfterExecute executes the call (storing the idempotent
 	// answer, so a retry with the key replays it) and never answers: the
 	// connection is held until the client gives up or Config.TimeoutHang
-	// passes, then aborted. A report streams its rows and is cut before its
-	// end marker.
+	// passes, then aborted. A report, or a money listing, streams its
+	// lines and is cut before its end marker.
 	FaultTimeoutAfterExecute FaultKind = "timeout_after_execute"
 	// FaultDecline, on the increment operation only, executes the
 	// increment as the issuer's decline: 402 card_declined, the hold
@@ -41,7 +41,8 @@ const (
 // timeout_after_execute.
 type Fault struct {
 	// Operation is the operation it targets: create, authorize, capture,
-	// cancel, refund, extend, increment, lookup or report.
+	// cancel, refund, extend, increment, lookup, report,
+	// balance_transactions or payouts.
 	Operation Op `json:"operation"`
 	// Kind is the fault: latency, error_before_execute,
 	// timeout_after_execute or (increment only) decline.
@@ -65,7 +66,7 @@ type Fault struct {
 // validate checks f and defaults Status.
 func (f *Fault) validate() *apiError {
 	if !f.Operation.valid() {
-		return invalid("operation", "operation must be create, authorize, capture, cancel, refund, extend, increment, lookup or report, got %q", f.Operation)
+		return invalid("operation", "operation must be create, authorize, capture, cancel, refund, extend, increment, lookup, report, balance_transactions or payouts, got %q", f.Operation)
 	}
 	switch f.Kind {
 	case FaultLatency:
@@ -101,7 +102,8 @@ func (f *Fault) validate() *apiError {
 	if f.LatencyMS < 0 {
 		return invalid("latency_ms", "latency_ms must not be negative")
 	}
-	if f.IdempotencyKey != "" && (f.Operation == OpLookup || f.Operation == OpReport) {
+	if f.IdempotencyKey != "" && (f.Operation == OpLookup || f.Operation == OpReport ||
+		f.Operation == OpBalanceTransactions || f.Operation == OpPayouts) {
 		return invalid("idempotency_key", "%s calls carry no idempotency key", f.Operation)
 	}
 	return nil

@@ -444,7 +444,8 @@ func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams)
 // hold granted multicapture, leaves the hold authorized with the sum so
 // far in captured_minor. Captures add up to at most the authorized
 // amount, or with overcapture its maximum_amount_capturable. Each is a
-// part of the hold (key its idempotency key). Called with s.mu held.
+// part of the hold (key its idempotency key) and a charge of its balance
+// (money.go). Called with s.mu held.
 func (s *Server) capture(now time.Time, ref, key string, p *captureParams) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
@@ -475,6 +476,9 @@ func (s *Server) capture(now time.Time, ref, key string, p *captureParams) outco
 	h.captured += amount
 	if amount > 0 {
 		h.parts = append(h.parts, Part{Kind: providers.PartCapture, AmountMinor: amount, IdempotencyKey: key, CreatedAt: now})
+		// Booked with the capture, under the same lock and key: a replay
+		// of the key answers from the stored answer and books nothing.
+		s.bookLocked(now, providers.BalanceCharge, h, h.ref, key, amount)
 	}
 	if p.final() || h.captured >= limit { // nothing left to capture
 		h.status = h.settled()

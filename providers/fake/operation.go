@@ -31,12 +31,17 @@ const (
 	OpAuthenticate Op = "authenticate"
 	OpLookup       Op = "lookup"
 	OpReport       Op = "report"
+	// OpBalanceTransactions and OpPayouts list the money the fake moved
+	// (money.go); like the report, they are not logged.
+	OpBalanceTransactions Op = "balance_transactions"
+	OpPayouts             Op = "payouts"
 )
 
 // valid reports whether o is a known operation.
 func (o Op) valid() bool {
 	switch o {
-	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpExtend, OpIncrement, OpLookup, OpReport:
+	case OpCreate, OpAuthorize, OpCapture, OpCancel, OpRefund, OpExtend, OpIncrement, OpLookup, OpReport,
+		OpBalanceTransactions, OpPayouts:
 		return true
 	}
 	return false

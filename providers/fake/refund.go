@@ -51,15 +51,16 @@ func (p *refundParams) validate() *apiError {
 
 func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {
 	var p refundParams
-	ref := r.PathValue("ref")
-	s.serveWrite(w, r, OpRefund, &p, func(now time.Time) outcome { return s.refund(now, ref, &p) })
+	ref, key := r.PathValue("ref"), r.Header.Get("Idempotency-Key")
+	s.serveWrite(w, r, OpRefund, &p, func(now time.Time) outcome { return s.refund(now, ref, key, &p) })
 }
 
 // refund refunds part or the rest of a captured hold, or of the captures
 // so far of a hold still authorized (multicapture: it stays authorized,
 // its rest capturable); refunds add up to at most the captured amount.
-// Called with s.mu held.
-func (s *Server) refund(now time.Time, ref string, p *refundParams) outcome {
+// Each is a refund of the balance (money.go) carrying key, its request's
+// idempotency key. Called with s.mu held.
+func (s *Server) refund(now time.Time, ref, key string, p *refundParams) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
 	if h == nil {
@@ -85,6 +86,9 @@ func (s *Server) refund(now time.Time, ref string, p *refundParams) outcome {
 	h.touch(now)
 	rf := &refund{ref: newID("fr_"), holdRef: h.ref, amount: amount, created: now}
 	s.refunds[rf.ref] = rf
+	if amount > 0 {
+		s.bookLocked(now, providers.BalanceRefund, h, rf.ref, key, -amount)
+	}
 	op.AmountMinor, op.RefundRef, op.Outcome = amount, rf.ref, OutcomeSucceeded
 	return outcome{status: http.StatusOK, op: op, body: refundJSON{
 		Object: "refund", Ref: rf.ref, HoldRef: h.ref, AmountMinor: amount,

@@ -17,7 +17,9 @@ const maxSeedBytes = 1 << 30
 
 // SeedHold describes a hold to create directly, without an operation:
 // seeding builds big reconciliation fixtures quickly. Seeded holds are in
-// lookups and reports but not in the operations log.
+// lookups and reports but not in the operations log. A seeded hold's
+// captured amount is booked as a charge and its refunded amount as a
+// refund, both at UpdatedAt, with the fees of the schedule.
 type SeedHold struct {
 	// Ref defaults to a fresh "fh_" reference; it must be unused.
 	Ref       string `json:"ref,omitempty"`
@@ -123,6 +125,15 @@ func (s *Server) seed(sh SeedHold) (*hold, *apiError) {
 	}
 	s.holds[h.ref] = h
 	s.order = append(s.order, h)
+	// Its money, as of its last change (it has no operations to date
+	// them by): the captured amount charged, then the refunded amount
+	// refunded, neither with an idempotency key.
+	if h.captured > 0 {
+		s.bookLocked(updated, providers.BalanceCharge, h, h.ref, "", h.captured)
+	}
+	if h.refunded > 0 {
+		s.bookLocked(updated, providers.BalanceRefund, h, h.ref, "", -h.refunded)
+	}
 	return h, nil
 }
 

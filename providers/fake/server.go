@@ -45,6 +45,14 @@ type Server struct {
 	keys    map[string]*keyEntry // by scope(pattern, key)
 	ops     []Operation
 	drifts  []Drift
+	// The money (money.go): every balance transaction in booking order,
+	// those not yet paid out, the payouts made, the last day whose
+	// payouts were made, and the drifts of their listings.
+	bts            []*balanceTxn
+	unpaid         []*balanceTxn
+	payouts        []*payoutRec
+	settledThrough time.Time
+	moneyDrifts    []MoneyDrift
 }
 
 // NewServer returns a Server with cfg's zero fields defaulted, holding the
@@ -97,6 +105,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/holds/{ref}/refunds", s.handleRefund)
 	s.mux.HandleFunc("GET /v1/holds/{ref}", s.handleLookup)
 	s.mux.HandleFunc("GET /v1/report", s.handleReport)
+	s.mux.HandleFunc("GET /v1/balance_transactions", s.handleBalanceTransactions)
+	s.mux.HandleFunc("GET /v1/payouts", s.handlePayouts)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -107,6 +117,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /_admin/faults", s.handleClearFaults)
 	s.mux.HandleFunc("POST /_admin/report/drift", s.handleDrift)
 	s.mux.HandleFunc("DELETE /_admin/report/drift", s.handleClearDrift)
+	s.mux.HandleFunc("POST /_admin/money/drift", s.handleMoneyDrift)
+	s.mux.HandleFunc("DELETE /_admin/money/drift", s.handleClearMoneyDrift)
 	s.mux.HandleFunc("POST /_admin/holds", s.handleSeed)
 	s.mux.HandleFunc("GET /_admin/webhooks", s.handleWebhookDeliveries)
 	s.mux.HandleFunc("GET /_admin/webhooks/faults", s.handleListWebhookFaults)

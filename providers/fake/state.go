@@ -33,6 +33,14 @@ type stateDoc struct {
 	Keys       []keyState  `json:"idempotency_keys"`
 	Operations []Operation `json:"operations"`
 	Drifts     []Drift     `json:"drifts"`
+	// The money (money.go), absent from the files of builds before it and
+	// of a fake that moved none: balance transactions in booking order,
+	// payouts in the order they were made, the last day paid out, the
+	// drifts of their listings.
+	BalanceTransactions []BalanceTransaction `json:"balance_transactions,omitempty"`
+	Payouts             []Payout             `json:"payouts,omitempty"`
+	SettledThrough      time.Time            `json:"settled_through,omitzero"`
+	MoneyDrifts         []MoneyDrift         `json:"money_drifts,omitempty"`
 }
 
 // holdState is a hold as stored.
@@ -170,6 +178,7 @@ func (s *Server) snapshotLocked() *stateDoc {
 	if doc.Drifts == nil {
 		doc.Drifts = []Drift{}
 	}
+	s.snapshotMoneyLocked(doc)
 	for _, h := range s.order {
 		doc.Holds = append(doc.Holds, holdState{
 			Ref: h.ref, PaymentMethod: h.paymentMethod, Card: h.card, CardDecline: h.cardDecline,
@@ -297,7 +306,7 @@ func (s *Server) restore(b []byte) error {
 	if len(doc.Drifts) > 0 {
 		s.drifts = doc.Drifts
 	}
-	return nil
+	return s.restoreMoney(doc)
 }
 
 // restoreHold checks the i-th stored hold against those restored before
@@ -336,4 +345,61 @@ func (s *Server) restoreHold(i int, hs holdState) (*hold, error) {
 		flexRule: hs.FlexRule, asked: hs.Asked, granted: hs.Granted, maxAmount: hs.MaxAmountMinor,
 		overcapturePct: hs.OvercapturePct, parts: hs.Parts,
 	}, nil
+}
+
+// snapshotMoneyLocked adds the money to doc. Called with s.mu held.
+func (s *Server) snapshotMoneyLocked(doc *stateDoc) {
+	for _, bt := range s.bts {
+		doc.BalanceTransactions = append(doc.BalanceTransactions, bt.stored())
+	}
+	for _, p := range s.payouts {
+		doc.Payouts = append(doc.Payouts, p.stored())
+	}
+	doc.SettledThrough, doc.MoneyDrifts = s.settledThrough, s.moneyDrifts
+}
+
+// restoreMoney checks and rebuilds the money of doc into s, its holds
+// restored: every balance transaction has an id of its own and a known
+// type, and names a payout the file has or none; an unpaid one is
+// waiting to be paid out.
+func (s *Server) restoreMoney(doc stateDoc) error {
+	payouts := map[string]bool{}
+	for _, p := range doc.Payouts {
+		if p.ID == "" || payouts[p.ID] || !validCurrency(p.Currency) || p.AmountMinor <= 0 {
+			return fmt.Errorf("payout %q has no id, is there twice, or has a bad currency or amount", p.ID)
+		}
+		payouts[p.ID] = true
+		s.payouts = append(s.payouts, &payoutRec{id: p.ID, amount: p.AmountMinor, currency: p.Currency,
+			reference: p.Reference, created: p.CreatedAt, arrival: p.ArrivalDate})
+	}
+	ids := map[string]bool{}
+	for _, b := range doc.BalanceTransactions {
+		switch {
+		case b.ID == "" || ids[b.ID]:
+			return fmt.Errorf("balance transaction %q has no id or is there twice", b.ID)
+		case b.Type != providers.BalanceCharge && b.Type != providers.BalanceRefund &&
+			b.Type != providers.BalanceDispute && b.Type != providers.BalancePayout:
+			return fmt.Errorf("balance transaction %s has an unknown type %q", b.ID, b.Type)
+		case b.PayoutID != "" && !payouts[b.PayoutID]:
+			return fmt.Errorf("balance transaction %s names an unknown payout %q", b.ID, b.PayoutID)
+		case b.FeeMinor < 0 || !validCurrency(b.Currency):
+			return fmt.Errorf("balance transaction %s has a negative fee or a bad currency", b.ID)
+		}
+		ids[b.ID] = true
+		bt := &balanceTxn{id: b.ID, typ: b.Type, source: b.Source, holdRef: b.HoldRef, paymentID: b.PaymentID,
+			opKey: b.OperationKey, currency: b.Currency, gross: b.GrossMinor, fee: b.FeeMinor,
+			payoutID: b.PayoutID, created: b.CreatedAt, availableOn: b.AvailableOn}
+		s.bts = append(s.bts, bt)
+		if bt.payoutID == "" {
+			s.unpaid = append(s.unpaid, bt)
+		}
+	}
+	s.settledThrough = doc.SettledThrough
+	for i, d := range doc.MoneyDrifts {
+		if (d.Kind == DriftPayoutItemAdd) != (d.Item != nil) {
+			return fmt.Errorf("money drift %d: only a payout_item_add drift has an item, and it must", i+1)
+		}
+	}
+	s.moneyDrifts = doc.MoneyDrifts
+	return nil
 }

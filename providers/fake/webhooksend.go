@@ -424,10 +424,12 @@ type Dispute struct {
 	Reason      string `json:"reason,omitempty"`
 }
 
-// OpenDispute simulates a dispute of a captured hold: it sends
-// dispute.created and returns the event. Errors (*apiError):
-// resource_missing, state_conflict (not captured), invalid_request (no
-// webhooks configured).
+// OpenDispute simulates a dispute of a captured hold: it books the
+// withdrawal of the disputed amount with the schedule's dispute fee (a
+// balance transaction of type dispute, money.go), sends dispute.created
+// when webhooks are configured, and returns the event. Errors
+// (*apiError): resource_missing, state_conflict (not captured),
+// invalid_request.
 func (s *Server) OpenDispute(d Dispute) (Event, error) {
 	ev, e := s.openDispute(d)
 	if e != nil {
@@ -437,9 +439,6 @@ func (s *Server) OpenDispute(d Dispute) (Event, error) {
 }
 
 func (s *Server) openDispute(d Dispute) (Event, *apiError) {
-	if s.hooks == nil {
-		return Event{}, invalid("", "this fake provider sends no webhooks (no webhook URL configured)")
-	}
 	if d.AmountMinor < 0 || len(d.Reason) > 100 {
 		return Event{}, invalid("amount_minor", "amount_minor must not be negative, reason at most 100 characters")
 	}
@@ -464,6 +463,10 @@ func (s *Server) openDispute(d Dispute) (Event, *apiError) {
 	}
 	ev := Event{Type: EventDisputeCreated, Data: EventData{HoldRef: h.ref, PaymentID: h.metadata[metaPaymentID],
 		ObjectID: newID("fdp_"), AmountMinor: amount, Currency: h.currency, Reason: reason}}
+	if amount > 0 {
+		s.bookLocked(s.now(), providers.BalanceDispute, h, ev.Data.ObjectID, "", -amount)
+		s.persistLocked()
+	}
 	s.emitLocked(ev)
 	return ev, nil
 }
