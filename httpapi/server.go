@@ -287,17 +287,24 @@ func (s *Server) routes() {
 	v1.POST("/webhook_endpoints/:id/rotate_secret", s.rotateWebhookSecret, endpointOwners)
 
 	if s.rec != nil {
-		finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
-		v1.POST("/reconciliation/runs", s.startRun, finance)
-		v1.GET("/reconciliation/runs", s.listRuns, finance)
-		v1.GET("/reconciliation/runs/:id", s.getRun, finance)
-		v1.GET("/reconciliation/runs/:id/discrepancies", s.listDiscrepancies, finance)
-		v1.POST("/reconciliation/discrepancies/:id/resolve", s.resolveDiscrepancy, finance)
-		admin := requireRole(orchestrator.RoleAdmin)
-		v1.GET("/connectors/:name/fees", s.getFeeSchedule, admin)
-		v1.PUT("/connectors/:name/fees", s.putFeeSchedule, admin)
-		v1.GET("/connectors/:name/fees/versions", s.listFeeScheduleVersions, admin)
+		s.financeRoutes(v1)
 	}
+}
+
+// financeRoutes are the routes of reconciliation: its runs and
+// discrepancies (finance, admin) and the connectors' fee schedules
+// (admin).
+func (s *Server) financeRoutes(v1 *echo.Group) {
+	finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
+	v1.POST("/reconciliation/runs", s.startRun, finance)
+	v1.GET("/reconciliation/runs", s.listRuns, finance)
+	v1.GET("/reconciliation/runs/:id", s.getRun, finance)
+	v1.GET("/reconciliation/runs/:id/discrepancies", s.listDiscrepancies, finance)
+	v1.POST("/reconciliation/discrepancies/:id/resolve", s.resolveDiscrepancy, finance)
+	admin := requireRole(orchestrator.RoleAdmin)
+	v1.GET("/connectors/:name/fees", s.getFeeSchedule, admin)
+	v1.PUT("/connectors/:name/fees", s.putFeeSchedule, admin)
+	v1.GET("/connectors/:name/fees/versions", s.listFeeScheduleVersions, admin)
 }
 
 // clientIP is how c.RealIP() finds the client: the connection's peer, or,

@@ -56,45 +56,15 @@ func (s *Server) Seed(sh SeedHold) (providers.Hold, error) {
 
 // seed validates sh and stores its hold. Called with s.mu held.
 func (s *Server) seed(sh SeedHold) (*hold, *apiError) {
-	now := s.now()
 	if sh.Ref == "" {
 		sh.Ref = newID("fh_")
 	}
 	if s.holds[sh.Ref] != nil {
 		return nil, invalid("ref", "a hold %q exists already", sh.Ref)
 	}
-	if sh.Status == "" {
-		sh.Status = providers.StatusAuthorized
-	}
-	if !knownStatus(sh.Status) {
-		return nil, invalid("status", "unknown status %q", sh.Status)
-	}
-	if sh.Status == providers.StatusRequiresAction {
-		// A challenge needs its page, token and return URL: confirmation
-		// makes them.
-		return nil, invalid("status", "a hold waiting for authentication cannot be seeded; authorize with a 3-D Secure test method instead")
-	}
-	if sh.AmountMinor <= 0 {
-		return nil, invalid("amount_minor", "amount_minor must be a positive integer")
-	}
-	if sh.RefundedMinor < 0 || sh.CapturedMinor < sh.RefundedMinor || sh.AmountMinor < sh.CapturedMinor {
-		return nil, invalid("captured_minor", "amounts must satisfy 0 <= refunded_minor <= captured_minor <= amount_minor")
-	}
-	if !validCurrency(sh.Currency) {
-		return nil, invalid("currency", "currency must be an ISO 4217 code in upper case, got %q", sh.Currency)
-	}
-	if sh.CreatedAt.IsZero() {
-		sh.CreatedAt = now
-	}
-	if sh.UpdatedAt.IsZero() {
-		sh.UpdatedAt = sh.CreatedAt
-	}
-	if sh.Status == providers.StatusDeclined {
-		if sh.DeclineCode == "" {
-			sh.DeclineCode = providers.CodeCardDeclined
-		}
-	} else if sh.CaptureBefore.IsZero() {
-		sh.CaptureBefore = sh.CreatedAt.Add(s.cfg.HoldLifetime)
+	sh, bad := s.seedDefaults(sh)
+	if bad != nil {
+		return nil, bad
 	}
 	meta := map[string]string{}
 	if sh.PaymentID != "" {
@@ -135,6 +105,45 @@ func (s *Server) seed(sh SeedHold) (*hold, *apiError) {
 		s.bookLocked(updated, providers.BalanceRefund, h, h.ref, "", -h.refunded)
 	}
 	return h, nil
+}
+
+// seedDefaults checks a hold to seed and fills in its defaults.
+func (s *Server) seedDefaults(sh SeedHold) (SeedHold, *apiError) {
+	now := s.now()
+	if sh.Status == "" {
+		sh.Status = providers.StatusAuthorized
+	}
+	if !knownStatus(sh.Status) {
+		return sh, invalid("status", "unknown status %q", sh.Status)
+	}
+	if sh.Status == providers.StatusRequiresAction {
+		// A challenge needs its page, token and return URL: confirmation
+		// makes them.
+		return sh, invalid("status", "a hold waiting for authentication cannot be seeded; authorize with a 3-D Secure test method instead")
+	}
+	if sh.AmountMinor <= 0 {
+		return sh, invalid("amount_minor", "amount_minor must be a positive integer")
+	}
+	if sh.RefundedMinor < 0 || sh.CapturedMinor < sh.RefundedMinor || sh.AmountMinor < sh.CapturedMinor {
+		return sh, invalid("captured_minor", "amounts must satisfy 0 <= refunded_minor <= captured_minor <= amount_minor")
+	}
+	if !validCurrency(sh.Currency) {
+		return sh, invalid("currency", "currency must be an ISO 4217 code in upper case, got %q", sh.Currency)
+	}
+	if sh.CreatedAt.IsZero() {
+		sh.CreatedAt = now
+	}
+	if sh.UpdatedAt.IsZero() {
+		sh.UpdatedAt = sh.CreatedAt
+	}
+	if sh.Status == providers.StatusDeclined {
+		if sh.DeclineCode == "" {
+			sh.DeclineCode = providers.CodeCardDeclined
+		}
+	} else if sh.CaptureBefore.IsZero() {
+		sh.CaptureBefore = sh.CreatedAt.Add(s.cfg.HoldLifetime)
+	}
+	return sh, nil
 }
 
 // seedResult is the body of a successful POST /_admin/holds.
