@@ -292,7 +292,9 @@ func (s *Service) settleAction(ctx context.Context, p Payment, hold providers.Ho
 		ended = "challenge_failed"
 	}
 	s.tel.hold(ctx, ended)
-	s.afterVaultedAuthorization(ctx, out)
+	// The CVC went with the call that asked for the challenge (erased then,
+	// best effort); erased again here in case that failed: a no-op else.
+	s.afterVaultedAuthorization(ctx, out, true)
 	return out, true, nil
 }
 

@@ -165,7 +165,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	if err := in.Validate(s); err != nil {
 		return Outcome{}, err
 	}
-	card, err := s.vaultedCard(ctx, in.TenantID, in.PaymentMethod)
+	use, err := s.vaultedCard(ctx, in.TenantID, in.PaymentMethod)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -184,7 +184,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
 		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
 		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
-		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": card,
+		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": use.summary(),
 		"return_url": nullIfEmpty(in.ReturnURL), "now": s.now(),
 		"incremental_authorization": flexRequested(in.RequestIncrementalAuthorization),
 		"multicapture":              flexRequested(in.RequestMulticapture),
@@ -222,7 +222,7 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		return s.resolvePayment(ctx, c, p.Payment, true)
 	}
 	// createPaymentSQL counted this first call of the first attempt.
-	return s.authorizeAtProvider(ctx, c, p.Payment, true, true)
+	return s.authorizeAtProvider(ctx, c, p.Payment, true, true, use)
 }
 
 // The pgbench script of the hot path (testdata/bench/authorize_hot_path.sql)
@@ -320,7 +320,14 @@ const saveReferenceSQL = `
 // the statement that started the attempt); otherwise it is counted first
 // (dispatch). Used by requests (byRequest) and the resolver, which never
 // fails over: it settles an unknown outcome where the money may be.
-func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, counted, byRequest bool) (Outcome, error) {
+//
+// use is the card of a vaulted method when the request decrypted it
+// already; nil: it is decrypted at the first call that needs it.
+func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, counted, byRequest bool,
+	use *cardUse) (Outcome, error) {
+	if use == nil {
+		use = &cardUse{}
+	}
 	for {
 		if s.providers[p.Provider] == nil {
 			return Outcome{}, internalf("payment %s names unconfigured provider %q", p.ID, p.Provider)
@@ -335,10 +342,10 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 				return s.resumeMoved(ctx, c, p, byRequest)
 			}
 		}
-		hold, call, callErr := s.callAuthorize(ctx, &p)
+		hold, call, callErr := s.callAuthorize(ctx, &p, use)
 		next, reason, ok := s.failOverCandidate(byRequest, p, hold, callErr)
 		if !ok {
-			return s.settleAuthorize(ctx, c, p, hold, callErr, &call)
+			return s.settleAuthorize(ctx, c, p, hold, callErr, &call, use.cvcSent)
 		}
 		moved, advanced, err := s.failOver(ctx, p, &call, hold, callErr, next, reason)
 		if err != nil {
@@ -347,7 +354,7 @@ func (s *Service) authorizeAtProvider(ctx context.Context, c *Claim, p Payment, 
 		if !advanced {
 			// The call is recorded; answer from it as if p's route ended
 			// here.
-			return s.settleAuthorize(ctx, c, p, hold, callErr, nil)
+			return s.settleAuthorize(ctx, c, p, hold, callErr, nil, use.cvcSent)
 		}
 		p, counted = moved, true // failOverSQL counted the next call
 	}
@@ -371,7 +378,7 @@ func (s *Service) resumeMoved(ctx context.Context, c *Claim, p Payment, byReques
 // its connector, with its key. The reference the connector gives before
 // its answer is saved at once (saveReferenceSQL) and set on the returned
 // hold, and on p, when the answer lacks it.
-func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold, providerCall, error) {
+func (s *Service) callAuthorize(ctx context.Context, p *Payment, use *cardUse) (providers.Hold, providerCall, error) {
 	prov := s.providers[p.Provider] // configured: authorizeAtProvider checked
 	fwd := attemptKey(*p)
 	var saved string // the reference OnReference wrote
@@ -402,11 +409,12 @@ func (s *Service) callAuthorize(ctx context.Context, p *Payment) (providers.Hold
 		// the next attempt starts only when this one certainly moved no
 		// money (failover.go).
 		if IsVaulted(p.PaymentMethod) {
-			card, rerr := s.revealCard(ctx, *p)
+			card, rerr := s.revealCard(ctx, *p, use)
 			if rerr != nil {
 				return rerr
 			}
 			req.Card = card
+			use.cvcSent = use.cvcSent || card.CVC != ""
 			// What an adapter's error quotes of the request must not keep
 			// the card (it goes to logs, spans and the payment's history).
 			defer func() { err = providers.ScrubError(err, card) }()
@@ -500,8 +508,10 @@ type settledRow struct {
 // settleAuthorize records a provider's answer to an authorization of a
 // pending payment. call is the provider call that gave the answer, still
 // to be recorded in the payment's history, or nil when it is recorded
-// already.
-func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error, call *providerCall) (Outcome, error) {
+// already. cvcSent says a call of this authorization sent (or may have
+// sent) a vaulted card's CVC, which must then be erased.
+func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold providers.Hold, callErr error,
+	call *providerCall, cvcSent bool) (Outcome, error) {
 	to, failure, ok := settledBy(hold, callErr)
 	if !ok {
 		s.recordAttemptCall(ctx, p, call, hold, callErr)
@@ -563,7 +573,7 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	out.normalize()
 	if err == nil {
 		// This execution settled it: the one to apply the card rules.
-		s.afterVaultedAuthorization(ctx, out)
+		s.afterVaultedAuthorization(ctx, out, cvcSent)
 	}
 	if isNoRows(err) {
 		// Settled meanwhile by another execution or the resolver (the call

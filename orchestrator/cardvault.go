@@ -36,14 +36,11 @@ const (
 // (Config.Vault). Every method is scoped to a tenant: a method id of
 // another tenant is not found.
 type CardVault interface {
-	// Summary returns the card of the tenant's payment method id, for a
-	// payment about to use it. A method that does not exist or was deleted
-	// is a *Error not_found on payment_method; an expired card is
+	// Reveal decrypts the card of payment method id, for the calls of one
+	// authorization (reason: RevealAuthorize), and counts the decryption.
+	// A method that does not exist or was deleted is a *Error not_found
+	// on payment_method (it cannot be charged); an expired card is
 	// validation_failed on payment_method.
-	Summary(ctx context.Context, tenantID int64, id string) (CardSummary, error)
-	// Reveal decrypts the card of payment method id, for one provider call
-	// (reason: RevealAuthorize), and counts the decryption. Errors as
-	// Summary's; a card deleted since is not_found: it cannot be charged.
 	Reveal(ctx context.Context, tenantID int64, id, reason string) (providers.Card, error)
 	// ForgetCVC erases the method's CVC: an authorization that used it
 	// has been answered, and card rules forbid keeping it. Idempotent.

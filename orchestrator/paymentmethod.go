@@ -70,20 +70,38 @@ func (s *Service) paymentMethodAccepted(pm string) error {
 	return ParamError("payment_method", "no enabled connector accepts payment_method")
 }
 
-// vaultedCard returns the card of a new payment's vaulted method, to be
-// shown on the payment, or nil for a provider token. Errors:
-// validation_failed on payment_method when the method does not exist (in
-// the tenant's vault) or was deleted: it can never be charged, and no
-// provider is called.
-func (s *Service) vaultedCard(ctx context.Context, tenantID int64, pm string) (*CardSummary, error) {
+// cardUse is a vaulted card as one authorization request uses it: the
+// card is decrypted once, when the request starts (the payment shows its
+// summary), and every attempt's adapter gets it from here, so a request
+// reads the vault once. cvcSent records that an attempt sent its CVC: only
+// then has an authorization used it, and must the vault erase it.
+type cardUse struct {
+	card    *providers.Card
+	cvcSent bool
+}
+
+// summary is what the payment shows of the card.
+func (u *cardUse) summary() *CardSummary {
+	if u == nil || u.card == nil {
+		return nil
+	}
+	return &CardSummary{Brand: u.card.Brand, Last4: u.card.Last4, ExpMonth: u.card.ExpMonth, ExpYear: u.card.ExpYear}
+}
+
+// vaultedCard decrypts the card of a new payment's vaulted method, for
+// the request's authorization calls, or returns nil for a provider token.
+// Errors: validation_failed on payment_method when the method does not
+// exist (in the tenant's vault), was deleted, or its card expired: it can
+// never be charged, and no provider is called.
+func (s *Service) vaultedCard(ctx context.Context, tenantID int64, pm string) (*cardUse, error) {
 	if !IsVaulted(pm) || s.vault == nil {
 		return nil, nil // checkPaymentMethod refused a vaulted method without a vault
 	}
-	card, err := s.vault.Summary(ctx, tenantID, pm)
+	card, err := s.vault.Reveal(ctx, tenantID, pm, RevealAuthorize)
 	if err != nil {
 		return nil, vaultError(err)
 	}
-	return &card, nil
+	return &cardUse{card: &card}, nil
 }
 
 // vaultError is the answer to a vault's refusal of a payment's method:
@@ -102,14 +120,18 @@ func vaultError(err error) error {
 	return e
 }
 
-// revealCard decrypts the card of p's vaulted method for one
-// authorization call. A card that cannot be read is an error of the
-// call, before anything is sent: KindRejected (the payment fails, as a
-// refused method does) when the method was deleted since the payment was
-// created, or its card expired; KindNotExecuted (the payment stays
-// pending, tried again) when the vault could not be read, or this
-// instance has none.
-func (s *Service) revealCard(ctx context.Context, p Payment) (*providers.Card, error) {
+// revealCard returns the card of p's vaulted method for one authorization
+// call: the one the request decrypted already (use), else decrypted now
+// and kept in use for the request's next attempts. A card that cannot be
+// read is an error of the call, before anything is sent: KindRejected (the
+// payment fails, as a refused method does) when the method was deleted
+// since the payment was created, or its card expired; KindNotExecuted
+// (the payment stays pending, tried again) when the vault could not be
+// read, or this instance has none.
+func (s *Service) revealCard(ctx context.Context, p Payment, use *cardUse) (*providers.Card, error) {
+	if use.card != nil {
+		return use.card, nil
+	}
 	if s.vault == nil {
 		// An instance started without the vault's keys (a misconfigured
 		// one): the payment waits for one that has them.
@@ -118,6 +140,7 @@ func (s *Service) revealCard(ctx context.Context, p Payment) (*providers.Card, e
 	}
 	card, err := s.vault.Reveal(ctx, p.TenantID, p.PaymentMethod, RevealAuthorize)
 	if err == nil {
+		use.card = &card
 		return &card, nil
 	}
 	var e *Error
@@ -136,16 +159,20 @@ const CodePaymentMethodUnavailable = "payment_method_unavailable"
 
 // afterVaultedAuthorization does what a vaulted method's card rules ask
 // once an authorization of payment p is answered (settled: authorized or
-// failed): the CVC is erased (it must not be kept after the first
-// authorization that used it), and a decline is counted against the
-// method. Best effort: the payment is settled already; a failure is
-// logged, and the vault's CVC lifetime erases the CVC regardless.
-func (s *Service) afterVaultedAuthorization(ctx context.Context, p Payment) {
+// failed): the CVC is erased when the authorization sent it (cvcSent; it
+// must not be kept after the first authorization that used it; a card
+// without one, as every card is after its first payment, costs no
+// write), and a decline is counted against the method. Best effort: the
+// payment is settled already; a failure is logged, and the vault's CVC
+// lifetime erases the CVC regardless.
+func (s *Service) afterVaultedAuthorization(ctx context.Context, p Payment, cvcSent bool) {
 	if !IsVaulted(p.PaymentMethod) || s.vault == nil || p.Status == StatusPending {
 		return
 	}
-	if err := s.vault.ForgetCVC(ctx, p.TenantID, p.PaymentMethod); err != nil {
-		s.logger.ErrorContext(ctx, "vault: CVC not erased after authorization; its lifetime will", "payment_id", p.ID, "error", err)
+	if cvcSent {
+		if err := s.vault.ForgetCVC(ctx, p.TenantID, p.PaymentMethod); err != nil {
+			s.logger.ErrorContext(ctx, "vault: CVC not erased after authorization; its lifetime will", "payment_id", p.ID, "error", err)
+		}
 	}
 	if p.Status == StatusFailed && p.FailureCode != nil && *p.FailureCode != CodePaymentMethodUnavailable {
 		if err := s.vault.CountDecline(ctx, p.TenantID, p.PaymentMethod); err != nil {

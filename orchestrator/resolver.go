@@ -131,7 +131,7 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment, byReq
 	}
 	fwd := attemptKey(p)
 	if p.ProviderRef == nil {
-		return s.authorizeAtProvider(ctx, c, p, false, byRequest)
+		return s.authorizeAtProvider(ctx, c, p, false, byRequest, nil)
 	}
 	var hold providers.Hold
 	err := s.callProvider(ctx, p, "lookup", fwd, func(ctx context.Context) error {
@@ -143,24 +143,25 @@ func (s *Service) resolvePayment(ctx context.Context, c *Claim, p Payment, byReq
 		if providers.KindOf(err) == providers.KindRejected && providers.CodeOf(err) == providers.CodeNotFound {
 			// The provider never finished creating it: the retry with the
 			// same key creates it (once) or replays what it did.
-			return s.authorizeAtProvider(ctx, c, p, false, byRequest)
+			return s.authorizeAtProvider(ctx, c, p, false, byRequest, nil)
 		}
 		return Outcome{Payment: p, Pending: true}, nil
 	}
 	switch hold.Status {
 	case providers.StatusAuthorized, providers.StatusDeclined, providers.StatusRequiresAction:
 		// A challenge the lost answer issued is the request's answer too.
-		return s.settleAuthorize(ctx, c, p, hold, nil, nil)
+		// The lost call may have carried the CVC: erase it (cvcSent).
+		return s.settleAuthorize(ctx, c, p, hold, nil, nil, true)
 	case providers.StatusCaptured, providers.StatusCanceled, providers.StatusExpired,
 		providers.StatusPartiallyRefunded, providers.StatusRefunded:
 		// The hold went on without us: settle the authorization first;
 		// reconciliation flags the rest as status_mismatch.
 		hold.Status = providers.StatusAuthorized
-		return s.settleAuthorize(ctx, c, p, hold, nil, nil)
+		return s.settleAuthorize(ctx, c, p, hold, nil, nil, true)
 	}
 	// Not final at the provider yet (e.g. created, not confirmed): retry
 	// the authorization with the same key.
-	return s.authorizeAtProvider(ctx, c, p, false, byRequest)
+	return s.authorizeAtProvider(ctx, c, p, false, byRequest, nil)
 }
 
 // resolveOperation retries a pending capture, cancel or refund with its
