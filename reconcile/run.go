@@ -173,11 +173,11 @@ type Run struct {
 	Totals           map[string]map[string]*Totals `json:"totals"`
 	// Settlement is the day's money at the provider by currency; nil when
 	// the provider reports none (settle.go).
-	Settlement map[string]*Settlement `json:"settlement"`
-	CategoryCounts   map[string]int64              `json:"category_counts"`
-	Diff             Diff                          `json:"diff"`
-	Error            *string                       `json:"error"`
-	leaseUntil       *time.Time
+	Settlement     map[string]*Settlement `json:"settlement"`
+	CategoryCounts map[string]int64       `json:"category_counts"`
+	Diff           Diff                   `json:"diff"`
+	Error          *string                `json:"error"`
+	leaseUntil     *time.Time
 }
 
 // Totals are the amounts of one side of a run in one currency, in minor
