@@ -17,7 +17,8 @@ package reconcile
 //
 // Rows with a hold are linked to our payment by it (payments.provider =
 // the run's provider and provider_ref = the hold), as link does for the
-// report. Then four rules judge them in SQL, in the run's transaction,
+// report: the payout items and the late day's in link, the day's charges
+// a rule reports when it reports them. Then four rules judge them in SQL, in the run's transaction,
 // their findings streamed through a cursor into the finding writer:
 //
 //   - fee_mismatch: a day's charge whose fee is not the schedule's within
@@ -268,12 +269,17 @@ func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *
 	})
 }
 
-// linkMoneySQL links the staged money with a hold to our payment of it on
-// the run's provider.
+// linkMoneySQL links the staged payout items and late money with a hold
+// to our payment of it on the run's provider: their rules ask whether a
+// row is ours. The day's balance transactions are not linked: only the
+// few a rule reports need their payment, which it looks up itself
+// (feeMismatchesSQL), and rewriting a day of rows costs about as much as
+// the rule that reads them.
 const linkMoneySQL = `
 	UPDATE reconciliation_money_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
 	FROM payments p
-	WHERE s.run_id = $1 AND s.hold_ref <> '' AND p.provider = $2 AND p.provider_ref = s.hold_ref`
+	WHERE s.run_id = $1 AND s.stream IN ('item', 'late') AND s.hold_ref <> '' AND p.provider = $2
+		AND p.provider_ref = s.hold_ref`
 
 // clearMoneySQL deletes the run's staged money.
 const clearMoneySQL = `DELETE FROM reconciliation_money_rows WHERE run_id = $1`

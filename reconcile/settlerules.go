@@ -50,7 +50,7 @@ func (r *Reconciler) judgeSettlement(ctx context.Context, tx pgx.Tx, run Run, te
 		return nil
 	}
 	if terms.fees != nil {
-		if err := judgeFees(ctx, tx, run.ID, terms.fees, w); err != nil {
+		if err := judgeFees(ctx, tx, run, terms.fees, w); err != nil {
 			return err
 		}
 	}
@@ -77,28 +77,37 @@ func (r *Reconciler) judgeSettlement(ctx context.Context, tx pgx.Tx, run Run, te
 }
 
 // feeMismatchesSQL finds the day's charges whose fee is off the schedule
-// by more than its tolerance ($7). The expected fee is FeeSchedule.Expected
-// in SQL: the currency's rule ($2 currencies, $3 basis points, $4 fixed
-// fees), else the default ($5, $6; NULL: none), basis points of the gross
-// rounded half up (div truncates, as Go's integer division, and numeric
-// cannot overflow on a provider's wild gross). A currency without a rule
-// is not judged.
+// by more than its tolerance ($7), each with its payment when the hold is
+// ours on the run's provider ($8), looked up for these charges only (the
+// day's rows are not linked: linkMoneySQL; OFFSET 0 keeps the look-up
+// after the filter). The expected fee is FeeSchedule.Expected in SQL: the
+// currency's rule ($2 currencies, $3 basis points, $4 fixed fees), else
+// the default ($5, $6; NULL: none), basis points of the gross rounded
+// half up (div truncates, as Go's integer division, and numeric cannot
+// overflow on a provider's wild gross). A currency without a rule is not
+// judged.
 const feeMismatchesSQL = `
-	SELECT s.id, s.hold_ref, s.currency, s.gross_minor, s.fee_minor, e.expected::bigint, s.matched_tenant_id,
-		s.matched_payment_id
-	FROM reconciliation_money_rows s
-	LEFT JOIN unnest($2::text[], $3::bigint[], $4::bigint[]) AS r (currency, bp, fixed) ON r.currency = s.currency
-	CROSS JOIN LATERAL (SELECT CASE
-		WHEN r.currency IS NOT NULL THEN div(s.gross_minor::numeric * r.bp + 5000, 10000) + r.fixed
-		WHEN $5::bigint IS NOT NULL THEN div(s.gross_minor::numeric * $5::bigint + 5000, 10000) + $6::bigint
-		END AS expected) e
-	WHERE s.run_id = $1 AND s.stream = 'day' AND s.object = 'balance_transaction' AND s.type = 'charge'
-		AND e.expected IS NOT NULL AND abs(s.fee_minor - e.expected) > $7
-	ORDER BY s.seq`
+	SELECT f.id, f.hold_ref, f.currency, f.gross_minor, f.fee_minor, f.expected, p.tenant_id, p.id
+	FROM (
+		SELECT s.seq, s.id, s.hold_ref, s.currency, s.gross_minor, s.fee_minor, e.expected::bigint AS expected
+		FROM reconciliation_money_rows s
+		LEFT JOIN unnest($2::text[], $3::bigint[], $4::bigint[]) AS r (currency, bp, fixed) ON r.currency = s.currency
+		CROSS JOIN LATERAL (SELECT CASE
+			WHEN r.currency IS NOT NULL THEN div(s.gross_minor::numeric * r.bp + 5000, 10000) + r.fixed
+			WHEN $5::bigint IS NOT NULL THEN div(s.gross_minor::numeric * $5::bigint + 5000, 10000) + $6::bigint
+			END AS expected) e
+		WHERE s.run_id = $1 AND s.stream = 'day' AND s.object = 'balance_transaction' AND s.type = 'charge'
+			AND e.expected IS NOT NULL AND abs(s.fee_minor - e.expected) > $7
+		OFFSET 0
+	) f
+	LEFT JOIN LATERAL (
+		SELECT tenant_id, id FROM payments WHERE provider = $8 AND provider_ref = f.hold_ref AND f.hold_ref <> '' LIMIT 1
+	) p ON true
+	ORDER BY f.seq`
 
-// judgeFees reports each of the day's charges whose fee the schedule fees
-// does not agree with as fee_mismatch.
-func judgeFees(ctx context.Context, tx pgx.Tx, runID int64, fees *FeeVersion, w *findingWriter) error {
+// judgeFees reports each of the run's day's charges whose fee the
+// schedule fees does not agree with as fee_mismatch.
+func judgeFees(ctx context.Context, tx pgx.Tx, run Run, fees *FeeVersion, w *findingWriter) error {
 	s := fees.Schedule
 	curs := slices.Sorted(func(yield func(string) bool) {
 		for c := range s.Currencies {
@@ -115,7 +124,7 @@ func judgeFees(ctx context.Context, tx pgx.Tx, runID int64, fees *FeeVersion, w 
 	if s.Default != nil {
 		defBP, defFixed = &s.Default.PercentBP, &s.Default.FixedMinor
 	}
-	args := []any{runID, curs, bps, fixed, defBP, defFixed, s.ToleranceMinor}
+	args := []any{run.ID, curs, bps, fixed, defBP, defFixed, s.ToleranceMinor, run.Provider}
 	return fetchFindings(ctx, tx, w, "fee_mismatches", feeMismatchesSQL, args, func(row pgx.CollectableRow) (finding, error) {
 		var (
 			id, ref, cur       string
