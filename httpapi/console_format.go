@@ -133,9 +133,15 @@ func formatMillis(p *float64) string {
 
 // discrepancyValue shows an expected or actual value of a discrepancy: an
 // amount (minor units in the discrepancy's currency; a part_mismatch's
-// are amounts or "absent") formatted as money, anything else as it is.
+// are amounts or "absent"; a fee_mismatch's fees and a payout_unexplained's
+// sums are amounts too) formatted as money, anything else as it is.
 func discrepancyValue(d reconcile.Discrepancy, v string) string {
-	if d.Category != reconcile.AmountMismatch && d.Category != reconcile.PartMismatch || d.Currency == "" {
+	switch d.Category {
+	case reconcile.AmountMismatch, reconcile.PartMismatch, reconcile.FeeMismatch, reconcile.PayoutUnexplained:
+	default:
+		return v
+	}
+	if d.Currency == "" {
 		return v
 	}
 	n, err := strconv.ParseInt(v, 10, 64)

@@ -98,8 +98,9 @@ func TestConsoleOperationChange(t *testing.T) {
 	}
 }
 
-// The amounts of amount_mismatch and part_mismatch show as money; a side
-// a part is absent from, and the values of other categories, as they are.
+// The amounts of amount_mismatch, part_mismatch, fee_mismatch and
+// payout_unexplained show as money; a side a part is absent from, and the
+// values of other categories, as they are.
 func TestConsoleDiscrepancyValues(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -110,6 +111,9 @@ func TestConsoleDiscrepancyValues(t *testing.T) {
 		{reconcile.PartMismatch, "EUR", "absent", "absent"},
 		{reconcile.StatusMismatch, "EUR", "1050", "1050"},
 		{reconcile.PartMismatch, "", "1050", "1050"},
+		{reconcile.FeeMismatch, "EUR", "39", "0.39\u00a0EUR"},
+		{reconcile.PayoutUnexplained, "EUR", "582400", "5,824.00\u00a0EUR"},
+		{reconcile.NotPaidOut, "EUR", "none", "none"},
 	} {
 		d := reconcile.Discrepancy{Category: tc.category, Currency: tc.currency}
 		if got := discrepancyValue(d, tc.v); got != tc.want {

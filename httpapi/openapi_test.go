@@ -573,7 +573,8 @@ func TestOpenAPIContract(t *testing.T) {
 		wantStatus(t, res, b, 200)
 		res, b = ct.do(t, call{method: "GET", path: fees, apiKey: admin})
 		wantStatus(t, res, b, 200)
-		if !strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"percent_bp":150`) {
+		if !strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"percent_bp":150`) ||
+			!strings.Contains(string(b), `"payout_delay_days":null`) || !strings.Contains(string(b), `"payout_grace_days":1`) {
 			t.Fatalf("active version: %s", b)
 		}
 		res, b = ct.do(t, call{method: "GET", path: fees + "/versions?limit=1", apiKey: admin})
@@ -584,6 +585,16 @@ func TestOpenAPIContract(t *testing.T) {
 		res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin, offContract: true,
 			body: `{"currencies":{"EUR":{"percent_bp":10001,"fixed_minor":0}}}`})
 		wantProblem(t, res, b, 400, "validation_failed")
+		res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin,
+			body: `{"currencies":{},"payout_delay_days":2,"payout_grace_days":0}`})
+		wantStatus(t, res, b, 200)
+		if !strings.Contains(string(b), `"payout_delay_days":2`) || !strings.Contains(string(b), `"payout_grace_days":0`) {
+			t.Fatalf("payout terms: %s", b)
+		}
+		for _, bad := range []string{`{"payout_delay_days":31}`, `{"payout_delay_days":-1}`, `{"payout_grace_days":8}`} {
+			res, b = ct.do(t, call{method: "PUT", path: fees, apiKey: admin, offContract: true, body: bad})
+			wantProblem(t, res, b, 400, "validation_failed")
+		}
 		res, b = ct.do(t, call{method: "PUT", path: "/v1/connectors/nope/fees", apiKey: admin, body: schedule})
 		wantProblem(t, res, b, 404, "not_found")
 		res, b = ct.do(t, call{method: "GET", path: fees, apiKey: finance})

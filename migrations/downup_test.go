@@ -56,7 +56,14 @@ INSERT INTO reconciliation_runs (id, provider, business_date, version, trigger, 
 	OVERRIDING SYSTEM VALUE VALUES (1, 'fake', current_date - 1, 1, 'cli', 'succeeded', 'UTC', now() - interval '1 day', now(), 600, now(), now());
 INSERT INTO reconciliation_discrepancies (id, run_id, category, fingerprint, tenant_id, payment_id, created_at)
 	OVERRIDING SYSTEM VALUE VALUES (1, 1, 'missing_at_provider', 'fp-1', 1, 'pay_' || repeat('0', 31) || '1', now()),
-		(2, 1, 'part_mismatch', 'fp-2', 1, 'pay_' || repeat('0', 31) || '1', now());
+		(2, 1, 'part_mismatch', 'fp-2', 1, 'pay_' || repeat('0', 31) || '1', now()),
+		(3, 1, 'fee_mismatch', 'fp-3', 1, 'pay_' || repeat('0', 31) || '1', now()),
+		(4, 1, 'payout_unexplained', 'fp-4', NULL, NULL, now());
+UPDATE reconciliation_runs SET settlement = '{"EUR": {"charges_minor": 1000, "fees_minor": 39}}' WHERE id = 1;
+INSERT INTO reconciliation_money_rows (run_id, seq, stream, object, id, type, hold_ref, gross_minor, fee_minor, net_minor,
+		currency, payout_id, created_at, matched_tenant_id, matched_payment_id)
+	VALUES (1, 1, 'day', 'balance_transaction', 'fbt_1', 'charge', 'fk_1', 1000, 39, 961, 'EUR', '', now(), 1,
+		'pay_' || repeat('0', 31) || '1');
 INSERT INTO reconciliation_provider_rows (run_id, seq, ref, status, amount_minor, captured_minor, refunded_minor,
 		currency, created_at, updated_at, parts)
 	VALUES (1, 1, 'fk_1', 'captured', 1000, 1000, 0, 'EUR', now(), now(),

@@ -20,6 +20,11 @@ type MoneyReporter interface {
 	// ID (a payout's own balance transaction, of type BalancePayout, is
 	// one of them at Stripe; it is not an item).
 	Payouts(ctx context.Context, req ReportRequest, fn func(Payout) error) error
+	// PayoutItems streams the balance transactions the payout payoutID
+	// paid out, whenever they were created, to fn, likewise: the list that
+	// explains its amount. The payout's own movement (type BalancePayout)
+	// may be among them; it is not an item.
+	PayoutItems(ctx context.Context, payoutID string, fn func(BalanceTransaction) error) error
 }
 
 // The types of a BalanceTransaction.

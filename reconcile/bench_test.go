@@ -24,20 +24,41 @@ import (
 	"github.com/payorch/payorch/reconcile"
 )
 
+// dayN is how many payments the day of BenchmarkReconcileDay has, and
+// dayMoney whether its provider reports their money (go test -run '^$'
+// -bench ReconcileDay ./reconcile/ -args -day-n 50000 -day-money=false
+// measures a smaller day, without settlement).
+var (
+	dayN     = flag.Int("day-n", 1_000_000, "payments of BenchmarkReconcileDay's day")
+	dayMoney = flag.Bool("day-money", true, "BenchmarkReconcileDay's provider reports its money (settlement)")
+)
+
 // BenchmarkReconcileDay reconciles one day of 1,000,000 captured payments
 // against the fake provider's report of the same day, streamed over
 // loopback HTTP from `payorch fakeprovider` running as its own process (so
-// its million holds do not count against the reconciler). It reports the
-// run's wall time, the peak resident memory of this process during the run
-// (VmHWM, reset before the run) and the peak growth of the Go heap.
+// its million holds do not count against the reconciler), and their money:
+// a charge each, fee-checked against the connector's schedule (the fake's
+// own fees), with its payout terms set. It reports the run's wall time, the
+// peak resident memory of this process during the run (VmHWM, reset before
+// the run) and the peak growth of the Go heap.
 func BenchmarkReconcileDay(b *testing.B) {
-	const n = 1_000_000
+	n := *dayN
 	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
 	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}).WithToken(benchFakeToken))
 	phases := &phaseRecorder{}
-	e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": e.fc},
+	var prov providers.Provider = e.fc
+	if !*dayMoney {
+		prov = reportOnly{e.fc}
+	}
+	e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": prov},
 		Clock: clk.Now, Logger: slog.New(phases)})
 	seedDay(b, e, n)
+	delay := fake.DefaultPayoutDelayDays
+	terms := reconcile.FeeSchedule{Default: &reconcile.FeeRule{PercentBP: fake.DefaultFeePercentBP, FixedMinor: fake.DefaultFeeFixedMinor},
+		PayoutDelayDays: &delay}
+	if _, err := e.rec.SetFeeSchedule(context.Background(), "fake", terms, "bench"); err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -51,7 +72,8 @@ func BenchmarkReconcileDay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if run.LocalCount != n || run.MatchedCount != n || run.DiscrepancyCount != 1 {
+		if run.LocalCount != int64(n) || run.MatchedCount != int64(n) || run.DiscrepancyCount != 1 ||
+			*dayMoney && (run.Settlement["EUR"] == nil || run.Settlement["EUR"].ChargeCount != int64(n)) {
 			b.Fatalf("run %+v", run)
 		}
 		b.ReportMetric(elapsed.Seconds(), "s/run")

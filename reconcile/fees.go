@@ -1,9 +1,10 @@
 package reconcile
 
-// Fee schedules: the fees agreed with each connector, versioned like
-// routing rules (table fee_schedules, append-only; the highest version
-// is active). Settlement reconciliation holds each of the provider's
-// balance transactions for a charge to the schedule (fee_mismatch).
+// Fee schedules: the fees agreed with each connector, and its payout
+// terms, versioned like routing rules (table fee_schedules, append-only;
+// the highest version is active). Settlement reconciliation holds each of
+// the provider's balance transactions for a charge to the schedule
+// (fee_mismatch) and each charge to the payout terms (not_paid_out).
 
 import (
 	"context"
@@ -38,6 +39,33 @@ type FeeSchedule struct {
 	// ToleranceMinor is how far a provider's fee may be from the agreed
 	// one and still agree, in minor units.
 	ToleranceMinor int64 `json:"tolerance_minor"`
+	// PayoutDelayDays is N of the connector's payout schedule, daily at
+	// T+N: a charge booked on day X is due in a payout created by day
+	// X+N. Nil: the schedule is not known, and no charge is judged
+	// not_paid_out.
+	PayoutDelayDays *int `json:"payout_delay_days"`
+	// PayoutGraceDays is how many days a payout may come after X+N and
+	// still be on time: the run of day D judges the charges of day
+	// D − N − grace. 0 to 7; nil (omitted) is DefaultPayoutGraceDays, and
+	// a stored schedule always holds the number.
+	PayoutGraceDays *int `json:"payout_grace_days"`
+}
+
+// DefaultPayoutGraceDays is FeeSchedule.PayoutGraceDays when omitted.
+const DefaultPayoutGraceDays = 1
+
+// Limits of a fee schedule's payout terms, in days.
+const (
+	maxPayoutDelayDays = 30
+	maxPayoutGraceDays = 7
+)
+
+// graceDays is the schedule's payout grace in days.
+func (s FeeSchedule) graceDays() int {
+	if s.PayoutGraceDays == nil {
+		return DefaultPayoutGraceDays
+	}
+	return *s.PayoutGraceDays
 }
 
 // FeeVersion is one version of a connector's fee schedule.
@@ -77,6 +105,12 @@ func (s FeeSchedule) Validate() error {
 	if s.ToleranceMinor < 0 || s.ToleranceMinor > maxFeeTolerance {
 		return orchestrator.ParamError("tolerance_minor", "tolerance_minor must be 0 to %d minor units", maxFeeTolerance)
 	}
+	if d := s.PayoutDelayDays; d != nil && (*d < 0 || *d > maxPayoutDelayDays) {
+		return orchestrator.ParamError("payout_delay_days", "payout_delay_days must be 0 to %d days, or null", maxPayoutDelayDays)
+	}
+	if g := s.PayoutGraceDays; g != nil && (*g < 0 || *g > maxPayoutGraceDays) {
+		return orchestrator.ParamError("payout_grace_days", "payout_grace_days must be 0 to %d days", maxPayoutGraceDays)
+	}
 	return nil
 }
 
@@ -113,6 +147,19 @@ func (s FeeSchedule) Agrees(currency string, gross, fee int64) bool {
 	return !ok || abs(fee-want) <= s.ToleranceMinor
 }
 
+// normalize fills what a schedule may omit: no currencies is an empty
+// map, no payout grace the default. A version stored before payout terms
+// existed reads with the default grace and no delay.
+func (s *FeeSchedule) normalize() {
+	if s.Currencies == nil {
+		s.Currencies = map[string]FeeRule{}
+	}
+	if s.PayoutGraceDays == nil {
+		g := DefaultPayoutGraceDays
+		s.PayoutGraceDays = &g
+	}
+}
+
 // isNoRows reports pgx.ErrNoRows.
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
@@ -144,9 +191,7 @@ func (r feeRow) version() (FeeVersion, error) {
 	if err := json.Unmarshal(r.Schedule, &v.Schedule); err != nil {
 		return FeeVersion{}, orchestrator.Internalf("fee schedule %d of %s: %w", r.Version, r.Connector, err)
 	}
-	if v.Schedule.Currencies == nil {
-		v.Schedule.Currencies = map[string]FeeRule{}
-	}
+	v.Schedule.normalize()
 	return v, nil
 }
 
@@ -189,9 +234,7 @@ func (r *Reconciler) SetFeeSchedule(ctx context.Context, connector string, s Fee
 	if createdBy == "" || !orchestrator.ValidText(createdBy) || utf8.RuneCountInString(createdBy) > 200 {
 		return FeeVersion{}, orchestrator.ParamError("created_by", "created_by must be 1 to 200 characters")
 	}
-	if s.Currencies == nil {
-		s.Currencies = map[string]FeeRule{}
-	}
+	s.normalize()
 	doc, err := json.Marshal(s)
 	if err != nil {
 		return FeeVersion{}, orchestrator.Internalf("encode fee schedule: %w", err)

@@ -55,12 +55,26 @@ func TestFeeScheduleExpected(t *testing.T) {
 		{Currencies: map[string]reconcile.FeeRule{"EUR": {FixedMinor: -1}}},
 		{Default: &reconcile.FeeRule{PercentBP: -1}},
 		{ToleranceMinor: -1},
+		{PayoutDelayDays: days(-1)},
+		{PayoutDelayDays: days(31)},
+		{PayoutGraceDays: days(-1)},
+		{PayoutGraceDays: days(8)},
 	} {
 		if err := bad.Validate(); orchestrator.ErrorCode(err) != orchestrator.CodeValidationFailed {
 			t.Errorf("Validate(%+v) = %v, want validation_failed", bad, err)
 		}
 	}
+	for _, good := range []reconcile.FeeSchedule{
+		{PayoutDelayDays: days(0), PayoutGraceDays: days(0)},
+		{PayoutDelayDays: days(30), PayoutGraceDays: days(7)},
+	} {
+		if err := good.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", good, err)
+		}
+	}
 }
+
+func days(n int) *int { return &n }
 
 // TestFeeScheduleVersions: each change is a new version, the same
 // schedule again stores nothing, concurrent changes each get their own
@@ -108,6 +122,16 @@ func TestFeeScheduleVersions(t *testing.T) {
 	vs, more, err := rec.FeeScheduleVersions(ctx, "fake", 100, 0)
 	if err != nil || more || len(vs) != 1+len(seen) || vs[len(vs)-1].Version != 1 {
 		t.Fatalf("versions: %d %v %v", len(vs), more, err)
+	}
+	// Payout terms: the grace defaults to a day, stored as a number.
+	terms, err := rec.SetFeeSchedule(ctx, "fake", reconcile.FeeSchedule{PayoutDelayDays: days(2)}, "key_admin")
+	if err != nil || *terms.Schedule.PayoutDelayDays != 2 || terms.Schedule.PayoutGraceDays == nil ||
+		*terms.Schedule.PayoutGraceDays != reconcile.DefaultPayoutGraceDays {
+		t.Fatalf("payout terms: %+v %v", terms.Schedule, err)
+	}
+	if again, err := rec.SetFeeSchedule(ctx, "fake", reconcile.FeeSchedule{PayoutDelayDays: days(2), PayoutGraceDays: days(1)},
+		"key_admin"); err != nil || again.Version != terms.Version {
+		t.Fatalf("the default grace written out is the same schedule: %+v %v", again, err)
 	}
 	if _, err := rec.SetFeeSchedule(ctx, "nope", s, "key_admin"); orchestrator.ErrorCode(err) != orchestrator.CodeNotFound {
 		t.Fatalf("unknown connector: %v", err)

@@ -34,7 +34,8 @@ const (
 
 // Categories lists every category, in the order reports show them.
 var Categories = []string{MissingAtProvider, MissingLocally, AmountMismatch, CurrencyMismatch, StatusMismatch,
-	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow, PartMismatch}
+	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow, PartMismatch, FeeMismatch,
+	PayoutUnexplained, PayoutItemUnknown, NotPaidOut}
 
 // local is a payment as the matcher sees it.
 type local struct {
@@ -152,6 +153,9 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	defer conn.Release()
 	staged, err := r.stage(ctx, conn.Conn(), prov, run.ID, win.from, win.to, win.gfrom, win.gto)
 	if err != nil {
+		return result{}, err
+	}
+	if staged.money, err = r.stageSettlement(ctx, conn.Conn(), prov, run); err != nil {
 		return result{}, err
 	}
 	clock.done(phaseStage)
@@ -288,7 +292,8 @@ const linkByPaymentIDSQL = `
 
 // link matches the run's staged provider rows to our payments: by the
 // provider's reference, then by our payment id for the rest, then to the
-// earlier attempts of payments now held elsewhere (attempts.go).
+// earlier attempts of payments now held elsewhere (attempts.go); and the
+// staged money to our payments by its holds (settle.go).
 func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 	if _, err := conn.Exec(ctx, linkByRefSQL, run.ID, run.Provider); err != nil {
 		return fmt.Errorf("match by reference: %w", err)
@@ -299,14 +304,17 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 	if _, err := conn.Exec(ctx, linkByAttemptSQL, run.ID, run.Provider); err != nil {
 		return fmt.Errorf("match by earlier attempt: %w", err)
 	}
+	if _, err := conn.Exec(ctx, linkMoneySQL, run.ID, run.Provider); err != nil {
+		return fmt.Errorf("match the provider's money by hold: %w", err)
+	}
 	return nil
 }
 
 // judgeDay judges the day in tx: the provider rows stage set aside as
 // invalid, then every pair of judgePairs (read from pairs), the rows of
 // earlier attempts, and the day's webhooks about objects we do not know
-// (webhook.go). It returns the day's counts and totals once every finding
-// is stored.
+// (webhook.go), then the provider's money (settle.go). It returns the
+// day's counts, totals and settlement once every finding is stored.
 func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, run Run, staged staged,
 	w *findingWriter) (*stats, error) {
 	win := runWindow(run)
@@ -326,6 +334,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, 
 	if err := judgeUnknownWebhooks(ctx, tx, run, win, w); err != nil {
 		return nil, err
 	}
+	if err := r.judgeSettlement(ctx, tx, run, staged.money, st, w); err != nil {
+		return nil, err
+	}
 	if err := w.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -338,7 +349,7 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, 
 const finishRunSQL = `
 	UPDATE reconciliation_runs SET status = 'succeeded', finished_at = $2, lease_until = NULL,
 		local_count = $3, provider_count = $4, matched_count = $5, discrepancy_count = $6,
-		totals = $7, category_counts = $8, diff = $9
+		totals = $7, category_counts = $8, diff = $9, settlement = $10
 	WHERE id = $1 AND status = 'running'`
 
 // errRunAbandoned: the run was recorded failed (abandoned) while it worked.
@@ -348,16 +359,20 @@ var errRunAbandoned = errors.New("the run was recorded abandoned while it worked
 const clearStagingSQL = `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`
 
 // finish stores the run's outcome in tx: its diff against the previous
-// version of the day (carryOver), its counts and totals, and its success;
-// its staging rows go.
+// version of the day (carryOver), its counts, totals and settlement, and
+// its success; its staged rows and money go.
 func (r *Reconciler) finish(ctx context.Context, tx pgx.Tx, run Run, st *stats, w *findingWriter) (result, error) {
 	res := result{LocalCount: st.localCount, ProviderCount: st.providerCount, MatchedCount: st.matched, DiscrepancyCount: w.total}
 	diff, err := carryOver(ctx, tx, run)
 	if err != nil {
 		return result{}, fmt.Errorf("finish run: %w", err)
 	}
+	var settlement any // NULL: the provider reports no money
+	if st.settlement != nil {
+		settlement = st.settlement
+	}
 	tag, err := tx.Exec(ctx, finishRunSQL, run.ID, r.now(), res.LocalCount, res.ProviderCount, res.MatchedCount,
-		res.DiscrepancyCount, st.totals, w.byCategory, diff)
+		res.DiscrepancyCount, st.totals, w.byCategory, diff, settlement)
 	if err != nil {
 		return result{}, fmt.Errorf("finish run: %w", err)
 	}
@@ -367,6 +382,9 @@ func (r *Reconciler) finish(ctx context.Context, tx pgx.Tx, run Run, st *stats, 
 		return result{}, errRunAbandoned
 	}
 	if _, err := tx.Exec(ctx, clearStagingSQL, run.ID); err != nil {
+		return result{}, err
+	}
+	if _, err := tx.Exec(ctx, clearMoneySQL, run.ID); err != nil {
 		return result{}, err
 	}
 	return res, nil
@@ -800,11 +818,13 @@ func (r *Reconciler) lapsed(l *local, rm *remote) (finding, bool) {
 	return f, true
 }
 
-// stats accumulates counts and per-currency totals of the core window.
+// stats accumulates counts and per-currency totals of the core window,
+// and the day's settlement (nil when the provider reports no money).
 type stats struct {
 	from, to                           time.Time
 	localCount, providerCount, matched int64
 	totals                             map[string]map[string]*Totals
+	settlement                         map[string]*Settlement
 }
 
 func newStats(from, to time.Time) *stats {

@@ -20,6 +20,9 @@ type staged struct {
 	invalid         []finding
 	invalidInWindow int64
 	index           map[string]int // fingerprint → invalid
+	// money is what settlement knows of the connector's money, its own
+	// staged apart (settle.go); nil when the provider reports none.
+	money *moneyTerms
 }
 
 // addInvalid keeps f, or counts it as one more copy of a finding kept.

@@ -171,10 +171,13 @@ type Run struct {
 	MatchedCount     int64                         `json:"matched_count"`
 	DiscrepancyCount int64                         `json:"discrepancy_count"`
 	Totals           map[string]map[string]*Totals `json:"totals"`
-	CategoryCounts   map[string]int64              `json:"category_counts"`
-	Diff             Diff                          `json:"diff"`
-	Error            *string                       `json:"error"`
-	leaseUntil       *time.Time
+	// Settlement is the day's money at the provider by currency; nil when
+	// the provider reports none (settle.go).
+	Settlement     map[string]*Settlement `json:"settlement"`
+	CategoryCounts map[string]int64       `json:"category_counts"`
+	Diff           Diff                   `json:"diff"`
+	Error          *string                `json:"error"`
+	leaseUntil     *time.Time
 }
 
 // Totals are the amounts of one side of a run in one currency, in minor
@@ -196,13 +199,14 @@ type Diff struct {
 
 const runCols = `id, provider, business_date::text, version, trigger, status, time_zone, window_start, window_end,
 	grace_seconds, requested_by, started_at, finished_at, local_count, provider_count, matched_count,
-	discrepancy_count, totals, category_counts, diff, error, lease_until`
+	discrepancy_count, totals, category_counts, diff, error, lease_until, settlement`
 
 func scanRun(row pgx.CollectableRow) (Run, error) {
 	var r Run
 	err := row.Scan(&r.ID, &r.Provider, &r.BusinessDate, &r.Version, &r.Trigger, &r.Status, &r.TimeZone,
 		&r.WindowStart, &r.WindowEnd, &r.GraceSeconds, &r.RequestedBy, &r.StartedAt, &r.FinishedAt, &r.LocalCount,
-		&r.ProviderCount, &r.MatchedCount, &r.DiscrepancyCount, &r.Totals, &r.CategoryCounts, &r.Diff, &r.Error, &r.leaseUntil)
+		&r.ProviderCount, &r.MatchedCount, &r.DiscrepancyCount, &r.Totals, &r.CategoryCounts, &r.Diff, &r.Error, &r.leaseUntil,
+		&r.Settlement)
 	r.normalize()
 	return r, err
 }
@@ -383,7 +387,7 @@ func (r *Reconciler) read(ctx context.Context, fn func(conn *pgxpool.Conn) error
 const failTimeout = 30 * time.Second
 
 // fail logs why run failed, records it as failed with a client-safe reason
-// and drops its staged provider rows.
+// and drops its staged provider rows and money.
 func (r *Reconciler) fail(ctx context.Context, logger *slog.Logger, run Run, cause error) (Run, error) {
 	reason := failureReason(run.ID, cause)
 	logger.ErrorContext(ctx, "reconciliation failed", "error", cause, "reason", reason)
@@ -398,6 +402,7 @@ func (r *Reconciler) fail(ctx context.Context, logger *slog.Logger, run Run, cau
 		logger.ErrorContext(ctx, "recording a failed reconciliation", "error", uerr)
 	}
 	_, _ = r.pool.Exec(fctx, `DELETE FROM reconciliation_provider_rows WHERE run_id = $1`, run.ID)
+	_, _ = r.pool.Exec(fctx, clearMoneySQL, run.ID)
 	return Run{}, errors.Join(cause, uerr)
 }
 
@@ -478,7 +483,7 @@ func (r *Reconciler) abandoned(run Run) Run {
 
 // failAbandonedSQL records as failed every running run whose lease ran out
 // (its executor died without a word), and drops their staged provider
-// rows. The status change writes each one's reconciliation.run.failed
+// rows and money. The status change writes each one's reconciliation.run.failed
 // event (migration 00009's trigger), so finance hears of a run that died
 // as of one that failed. A run that was only slow to beat, and finishes
 // afterwards, cannot overwrite this: finishRunSQL moves only a running run.
@@ -489,6 +494,8 @@ const failAbandonedSQL = `
 		RETURNING id
 	), cleared AS (
 		DELETE FROM reconciliation_provider_rows WHERE run_id IN (SELECT id FROM failed)
+	), cleared_money AS (
+		DELETE FROM reconciliation_money_rows WHERE run_id IN (SELECT id FROM failed)
 	)
 	SELECT count(*) FROM failed`
 

@@ -3,6 +3,7 @@ package fake
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/payorch/payorch/providers"
@@ -112,20 +113,27 @@ func parseWindow(r *http.Request) (window, *apiError) {
 	return window{from: from, to: to}, nil
 }
 
-// startListing validates a money listing's window, applies op's faults,
-// makes the payouts due by now and reads the drifts. false: it answered
-// already (an error).
+// startListing validates a money listing's window, then opens it
+// (openListing). false: it answered already (an error).
 func (s *Server) startListing(w http.ResponseWriter, r *http.Request, op Op) (window, faultPlan, moneyView, bool) {
 	win, e := parseWindow(r)
 	if e != nil {
 		writeError(w, e)
 		return window{}, faultPlan{}, moneyView{}, false
 	}
+	plan, view, ok := s.openListing(w, r, op)
+	return win, plan, view, ok
+}
+
+// openListing applies op's faults to a money listing, makes the payouts
+// due by now and reads the drifts. false: it answered already (an
+// error).
+func (s *Server) openListing(w http.ResponseWriter, r *http.Request, op Op) (faultPlan, moneyView, bool) {
 	plan := s.faults.take(op, "")
 	s.sleep(r.Context().Done(), plan.latency)
 	if plan.errStatus != 0 {
 		writeError(w, unavailable(plan.errStatus))
-		return window{}, faultPlan{}, moneyView{}, false
+		return faultPlan{}, moneyView{}, false
 	}
 	s.mu.Lock()
 	if s.settleLocked(s.now()) {
@@ -133,7 +141,7 @@ func (s *Server) startListing(w http.ResponseWriter, r *http.Request, op Op) (wi
 	}
 	view := s.moneyViewLocked()
 	s.mu.Unlock()
-	return win, plan, view, true
+	return plan, view, true
 }
 
 // streamList writes a listing as JSON lines: the lines of each batch next
@@ -172,6 +180,10 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, plan faultPl
 // payouts due by now are made first, so each movement shows the payout
 // that paid it.
 func (s *Server) handleBalanceTransactions(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("payout") {
+		s.handlePayoutItems(w, r)
+		return
+	}
 	win, plan, view, ok := s.startListing(w, r, OpBalanceTransactions)
 	if !ok {
 		return
@@ -193,6 +205,55 @@ func (s *Server) handleBalanceTransactions(w http.ResponseWriter, r *http.Reques
 		if !more {
 			for _, b := range view.added {
 				if win.holds(b.CreatedAt) {
+					lines = append(lines, balanceLine{Object: objectBalanceTransaction, BalanceTransaction: b})
+				}
+			}
+		}
+		return lines, more
+	})
+}
+
+// handlePayoutItems serves GET /v1/balance_transactions?payout=ID: one
+// JSON line per movement the payout paid out, its own included (as
+// Stripe lists them), whenever created, in booking order, drifts applied
+// (an item a drift unlinks is not listed, one it adds is), then the end
+// marker. A payout the fake never made is 404 resource_missing; a window
+// is refused, as the payout's list is whole.
+func (s *Server) handlePayoutItems(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	id := q.Get("payout")
+	if q.Has("from") || q.Has("to") {
+		writeError(w, invalid("payout", "a payout's items are listed whole: from and to do not apply"))
+		return
+	}
+	plan, view, ok := s.openListing(w, r, OpBalanceTransactions)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	known := slices.ContainsFunc(s.payouts, func(p *payoutRec) bool { return p.id == id })
+	s.mu.Unlock()
+	if !known {
+		writeError(w, notFound("payout", id))
+		return
+	}
+	i := 0
+	s.streamList(w, r, plan, objectBalanceEnd, func() ([]any, bool) {
+		var lines []any
+		s.mu.Lock()
+		end := min(i+reportBatch, len(s.bts))
+		for ; i < end; i++ {
+			if bt := s.bts[i]; bt.payoutID == id {
+				if b, ok := bt.shown(&view); ok && b.PayoutID == id {
+					lines = append(lines, balanceLine{Object: objectBalanceTransaction, BalanceTransaction: b})
+				}
+			}
+		}
+		more := i < len(s.bts)
+		s.mu.Unlock()
+		if !more {
+			for _, b := range view.added {
+				if b.PayoutID == id {
 					lines = append(lines, balanceLine{Object: objectBalanceTransaction, BalanceTransaction: b})
 				}
 			}

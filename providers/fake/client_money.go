@@ -24,18 +24,39 @@ var _ providers.MoneyReporter = (*Client)(nil)
 // counts other lines than were read, is KindUnknown (those already passed
 // to fn stand); an answer of the server is an error as for Report.
 func (c *Client) BalanceTransactions(ctx context.Context, req providers.ReportRequest, fn func(providers.BalanceTransaction) error) error {
+	return c.listBalance(ctx, windowQuery(req), fn)
+}
+
+// PayoutItems streams GET /v1/balance_transactions?payout=ID to fn, as
+// BalanceTransactions does: the movements the payout paid out, its own
+// (type payout) among them, drifts applied. A payout the fake never made
+// is a KindRejected resource_missing error.
+func (c *Client) PayoutItems(ctx context.Context, payoutID string, fn func(providers.BalanceTransaction) error) error {
+	return c.listBalance(ctx, url.Values{"payout": {payoutID}}, fn)
+}
+
+// listBalance streams GET /v1/balance_transactions?q to fn.
+func (c *Client) listBalance(ctx context.Context, q url.Values, fn func(providers.BalanceTransaction) error) error {
 	var line struct {
 		Object string `json:"object"`
 		Count  int    `json:"count"`
 		BalanceTransaction
 	}
-	return c.streamList(ctx, OpBalanceTransactions, "/v1/balance_transactions", req, objectBalanceTransaction, objectBalanceEnd,
+	return c.streamList(ctx, OpBalanceTransactions, "/v1/balance_transactions", q, objectBalanceTransaction, objectBalanceEnd,
 		func(dec *json.Decoder) (string, int, error) {
 			line.Object, line.Count, line.BalanceTransaction = "", 0, BalanceTransaction{}
 			err := dec.Decode(&line)
 			return line.Object, line.Count, err
 		},
 		func() error { return fn(line.BalanceTransaction.BalanceTransaction()) })
+}
+
+// windowQuery is req's window as a listing's query.
+func windowQuery(req providers.ReportRequest) url.Values {
+	return url.Values{
+		"from": {req.From.UTC().Format(time.RFC3339Nano)},
+		"to":   {req.To.UTC().Format(time.RFC3339Nano)},
+	}
 }
 
 // Payouts streams GET /v1/payouts for [req.From, req.To) to fn, likewise:
@@ -47,7 +68,7 @@ func (c *Client) Payouts(ctx context.Context, req providers.ReportRequest, fn fu
 		Count  int    `json:"count"`
 		Payout
 	}
-	return c.streamList(ctx, OpPayouts, "/v1/payouts", req, objectPayout, objectPayoutEnd,
+	return c.streamList(ctx, OpPayouts, "/v1/payouts", windowQuery(req), objectPayout, objectPayoutEnd,
 		func(dec *json.Decoder) (string, int, error) {
 			line.Object, line.Count, line.Payout = "", 0, Payout{}
 			err := dec.Decode(&line)
@@ -56,16 +77,12 @@ func (c *Client) Payouts(ctx context.Context, req providers.ReportRequest, fn fu
 		func() error { return fn(line.Payout.Payout()) })
 }
 
-// streamList reads a listing of JSON lines, each decoded whole by next
+// streamList reads a listing of JSON lines (GET path?q), each decoded whole by next
 // (its object and, for the end marker, count): items of object item,
 // each passed on by emit, then the end marker of object end with their
 // count.
-func (c *Client) streamList(ctx context.Context, op Op, path string, req providers.ReportRequest, item, end string,
+func (c *Client) streamList(ctx context.Context, op Op, path string, q url.Values, item, end string,
 	next func(*json.Decoder) (object string, count int, err error), emit func() error) error {
-	q := url.Values{
-		"from": {req.From.UTC().Format(time.RFC3339Nano)},
-		"to":   {req.To.UTC().Format(time.RFC3339Nano)},
-	}
 	resp, err := c.send(ctx, op, http.MethodGet, path+"?"+q.Encode(), "", "", nil)
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@
 //	GET    /v1/holds/{ref}            look a hold up             (operation "lookup")
 //	GET    /v1/report?from=&to=       JSON lines, [from, to)     (operation "report")
 //	GET    /v1/balance_transactions?from=&to=  JSON lines, [from, to) (see Money)
+//	GET    /v1/balance_transactions?payout=ID  JSON lines, the payout's items (see Money)
 //	GET    /v1/payouts?from=&to=      JSON lines, [from, to)     (see Money)
 //	GET    /healthz                   200 "ok"
 //	GET    /_admin/operations[?idempotency_key=K]   executed operations
@@ -314,13 +315,17 @@
 // GET /v1/payouts?from=&to= one per payout created in [from, to)
 // ({"object":"payout","id","amount_minor","currency","status",
 // "arrival_date","reference","created_at"}) then
-// {"object":"payouts_end","count":N}. Faults target them as operations
-// balance_transactions and payouts.
+// {"object":"payouts_end","count":N}. GET
+// /v1/balance_transactions?payout=ID lists the movements payout ID paid
+// out, whenever created, and its own, as Stripe's payout filter does
+// (a window is refused; an unknown payout is 404 resource_missing).
+// Faults target them as operations balance_transactions and payouts.
 //
 // Money drifts (POST /_admin/money/drift, a MoneyDrift) alter these
-// listings, never the balance: fee (a wrong fee, the net and the payout
-// following), balance_transaction_drop, payout_item_drop (the item
-// without its payout, the payout's amount unchanged), payout_item_add (an
+// listings (a payout's items too), never the balance: fee (a wrong fee,
+// the net and the payout following), balance_transaction_drop,
+// payout_item_drop (the item without its payout, the payout's amount
+// unchanged), payout_item_add (an
 // unknown item, the payout's amount following), payout_amount and
 // payout_status (failed, or in_transit forever).
 package fake

@@ -719,3 +719,64 @@ func TestMoneyConfigIsValidated(t *testing.T) {
 		}
 	}
 }
+
+// payoutItems reads the items of payout id.
+func payoutItems(t *testing.T, c *fake.Client, id string) []providers.BalanceTransaction {
+	t.Helper()
+	var out []providers.BalanceTransaction
+	if err := c.PayoutItems(t.Context(), id, func(b providers.BalanceTransaction) error {
+		out = append(out, b)
+		return nil
+	}); err != nil {
+		t.Fatalf("PayoutItems(%s): %v", id, err)
+	}
+	return out
+}
+
+// TestPayoutItemsAreWhatThePayoutPaid: a payout's list holds the
+// movements it paid and its own, as the day's listing shows them, the
+// money drifts included (a fee drift's fee, an unlinked item gone, an
+// added item there, a dropped one gone); an unknown payout is
+// resource_missing and a window is refused.
+func TestPayoutItemsAreWhatThePayoutPaid(t *testing.T) {
+	t.Parallel()
+	e := newDriftEnv(t, fake.Config{})
+	items := payoutItems(t, e.c, e.p1.ID)
+	if len(items) != len(e.items1)+1 || itemsSum(items, e.p1.ID) != e.p1.AmountMinor {
+		t.Fatalf("items of %+v: %+v; want %+v and its own movement", e.p1, items, e.items1)
+	}
+	for _, it := range e.items1 {
+		if b, ok := find(items, it.ID); !ok || b != it {
+			t.Errorf("item %+v listed as %+v (%t)", it, b, ok)
+		}
+	}
+	if len(payoutItems(t, e.c, e.p2.ID)) != 3 {
+		t.Errorf("payout 2's items: %+v", payoutItems(t, e.c, e.p2.ID))
+	}
+
+	e.drift(t, fake.MoneyDrift{Kind: fake.DriftFee, BalanceTransaction: e.items1[0].ID, FeeMinor: 1})
+	e.drift(t, fake.MoneyDrift{Kind: fake.DriftPayoutItemDrop, BalanceTransaction: e.items1[1].ID})
+	added := e.drift(t, fake.MoneyDrift{Kind: fake.DriftPayoutItemAdd, Payout: e.p1.ID,
+		Item: &fake.BalanceTransaction{GrossMinor: 400, FeeMinor: 30}})
+	items = payoutItems(t, e.c, e.p1.ID)
+	if b, _ := find(items, e.items1[0].ID); b.FeeMinor != 1 || b.NetMinor != b.GrossMinor-1 {
+		t.Errorf("the item of a fee drift: %+v", b)
+	}
+	if _, ok := find(items, e.items1[1].ID); ok {
+		t.Error("an item unlinked by payout_item_drop is still listed")
+	}
+	if b, ok := find(items, added.Item.ID); !ok || b.NetMinor != 370 || b.PayoutID != e.p1.ID {
+		t.Errorf("the added item: %+v (%t)", b, ok)
+	}
+	e.drift(t, fake.MoneyDrift{Kind: fake.DriftBalanceDrop, BalanceTransaction: e.items1[0].ID})
+	if _, ok := find(payoutItems(t, e.c, e.p1.ID), e.items1[0].ID); ok {
+		t.Error("a dropped balance transaction is still listed")
+	}
+
+	err := e.c.PayoutItems(t.Context(), "fpo_nope", func(providers.BalanceTransaction) error { return nil })
+	wantKind(t, err, providers.KindRejected, providers.CodeNotFound)
+	res := do(t, http.MethodGet, e.r.URL()+"/v1/balance_transactions?payout="+e.p1.ID+"&from=2026-01-01T00:00:00Z", nil, nil)
+	if res.status != http.StatusBadRequest {
+		t.Errorf("a payout's items with a window: %d %s", res.status, res.body)
+	}
+}

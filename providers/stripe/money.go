@@ -86,6 +86,36 @@ func (c *Client) BalanceTransactions(ctx context.Context, req providers.ReportRe
 	return nil
 }
 
+// PayoutItems streams the balance transactions the payout payoutID paid
+// out (GET /v1/balance_transactions?payout=…, source expanded, paginated
+// automatically), mapped by balanceOf with PayoutID payoutID: its own
+// transaction (type payout) among them. Stripe lists these for automatic
+// payouts only; a manual payout's list is refused (invalid_request) and
+// comes back as that classified error. Reads only; errors as for
+// BalanceTransactions.
+func (c *Client) PayoutItems(ctx context.Context, payoutID string, fn func(providers.BalanceTransaction) error) error {
+	if payoutID == "" {
+		return rejected(opBalance, "no payout id")
+	}
+	p := &stripego.BalanceTransactionListParams{Payout: stripego.String(payoutID)}
+	p.Limit = stripego.Int64(c.pageSize)
+	p.AddExpand("data.source")
+	cl := newCall(ctx, opBalance+" (payout "+payoutID+")")
+	p.Context = cl.ctx
+	it := c.balance.List(p)
+	for it.Next() {
+		bt := balanceOf(it.BalanceTransaction())
+		bt.PayoutID = payoutID
+		if err := fn(bt); err != nil {
+			return err
+		}
+	}
+	if err := it.Err(); err != nil {
+		return cl.fail(err)
+	}
+	return nil
+}
+
 // paidOut maps each transaction created in window that an automatic
 // payout created since the window's start paid out to that payout's id.
 func (c *Client) paidOut(ctx context.Context, window *stripego.RangeQueryParams) (map[string]string, error) {

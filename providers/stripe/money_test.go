@@ -299,3 +299,77 @@ func (e *emulator) failAfter(path string, skip, status int) {
 	e.arm(&emuFault{kind: faultAnswer, path: path, skip: skip, status: status,
 		body: stripeError(status, errType, "", "scripted", "").body})
 }
+
+// TestPayoutItemsListsWhatAPayoutPaid: a payout's items are the
+// transactions it paid, whenever they were created (one two days before
+// the payout here), each with the payout as PayoutID and mapped as
+// BalanceTransactions maps them, its own transaction among them; another
+// payout's items and unpaid transactions are not; a payout Stripe does
+// not have is a classified refusal. Small pages exercise
+// auto-pagination.
+func TestPayoutItemsListsWhatAPayoutPaid(t *testing.T) {
+	t.Parallel()
+	e := newEmulator(t)
+	c := e.client(t, 5*time.Second)
+	c.pageSize = 2
+	ctx := t.Context()
+	charge := func(amount int64) (providers.Hold, string) {
+		t.Helper()
+		h := mustAuthorize(t, c, amount)
+		if _, err := c.Capture(ctx, providers.CaptureRequest{Key: fwdKey("capture"), Ref: h.Ref}); err != nil {
+			t.Fatalf("Capture: %v", err)
+		}
+		return h, e.lastBT()
+	}
+	old, oldBT := charge(1000)
+	e.backdateBT(oldBT, 48*time.Hour)
+	h2, bt2 := charge(2000)
+	_, bt3 := charge(3000)
+	_, other := charge(4000)
+	charge(5000) // never paid out
+	po := e.payOut(emuPayoutSpec{items: []string{oldBT, bt2, bt3}, created: now()})
+	e.payOut(emuPayoutSpec{items: []string{other}, created: now()})
+
+	got := map[string]providers.BalanceTransaction{}
+	err := c.PayoutItems(ctx, po, func(bt providers.BalanceTransaction) error {
+		got[bt.ID] = bt
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("PayoutItems: %v", err)
+	}
+	want := []string{oldBT, bt2, bt3, e.payoutTx(po)}
+	if len(got) != len(want) {
+		t.Fatalf("items %v, want %v", got, want)
+	}
+	var sum int64
+	for _, id := range want {
+		bt, ok := got[id]
+		if !ok || bt.PayoutID != po {
+			t.Fatalf("item %s: listed %t, payout %q; want payout %s", id, ok, bt.PayoutID, po)
+		}
+		if bt.Type != providers.BalancePayout {
+			sum += bt.NetMinor
+		} else if bt.GrossMinor != -sum {
+			t.Errorf("the payout's own transaction %+v, want gross −%d", bt, sum)
+		}
+	}
+	if b := got[oldBT]; b.Type != providers.BalanceCharge || b.HoldRef != old.Ref || b.PaymentID != old.PaymentID ||
+		b.GrossMinor != 1000 || b.FeeMinor != 39 || b.NetMinor != 961 || b.Currency != "EUR" {
+		t.Errorf("the old charge %+v", b)
+	}
+	if b := got[bt2]; b.HoldRef != h2.Ref {
+		t.Errorf("charge %+v, want hold %s", b, h2.Ref)
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := c.PayoutItems(ctx, po, func(providers.BalanceTransaction) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("stop: %v after %d calls", err, calls)
+	}
+	err = c.PayoutItems(ctx, "po_unknown", func(providers.BalanceTransaction) error { return nil })
+	if providers.KindOf(err) != providers.KindRejected {
+		t.Errorf("an unknown payout: %v (%s), want a refusal", err, providers.KindOf(err))
+	}
+	wantKind(t, c.PayoutItems(ctx, "", func(providers.BalanceTransaction) error { return nil }),
+		providers.KindRejected, providers.CodeInvalidRequest)
+}

@@ -182,6 +182,24 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 			}
 			return err
 		}},
+		{"PayoutItems", func() error {
+			var bts []providers.BalanceTransaction
+			const po = "po_1PgafyB7WZ01zgkW0CyCRzSj"
+			err := c.PayoutItems(ctx, po, func(bt providers.BalanceTransaction) error { bts = append(bts, bt); return nil })
+			switch {
+			case err != nil:
+			case len(bts) == 0:
+				err = fmt.Errorf("no balance transactions from stripe-mock's fixtures")
+			case bts[0].ID == "" || bts[0].Currency == "" || bts[0].PayoutID != po:
+				err = fmt.Errorf("balance transaction %+v", bts[0])
+			case !slices.ContainsFunc(rec.since(0), func(a recordedAnswer) bool {
+				return strings.Contains(a.request, "/v1/balance_transactions?") && strings.Contains(a.request, "payout="+po) &&
+					strings.Contains(a.request, "expand")
+			}):
+				err = fmt.Errorf("no list of the payout's transactions with their sources was sent")
+			}
+			return err
+		}},
 		{"Payouts", func() error {
 			var pos []providers.Payout
 			now := time.Now()
