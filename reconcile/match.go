@@ -34,7 +34,8 @@ const (
 
 // Categories lists every category, in the order reports show them.
 var Categories = []string{MissingAtProvider, MissingLocally, AmountMismatch, CurrencyMismatch, StatusMismatch,
-	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow, PartMismatch}
+	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow, PartMismatch,
+	PayoutMissingInBank, PayoutAmountMismatch, BankCreditUnmatched}
 
 // local is a payment as the matcher sees it.
 type local struct {
@@ -152,6 +153,9 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	defer conn.Release()
 	staged, err := r.stage(ctx, conn.Conn(), prov, run.ID, win.from, win.to, win.gfrom, win.gto)
 	if err != nil {
+		return result{}, err
+	}
+	if staged.bank, err = r.readBankDay(ctx, conn.Conn(), run); err != nil {
 		return result{}, err
 	}
 	clock.done(phaseStage)
@@ -324,6 +328,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, 
 		return nil, err
 	}
 	if err := judgeUnknownWebhooks(ctx, tx, run, win, w); err != nil {
+		return nil, err
+	}
+	if err := r.judgeBank(ctx, tx, run, staged.bank, w); err != nil {
 		return nil, err
 	}
 	if err := w.flush(ctx); err != nil {

@@ -20,6 +20,9 @@ type staged struct {
 	invalid         []finding
 	invalidInWindow int64
 	index           map[string]int // fingerprint → invalid
+	// bank is the day's payouts for the bank step (bank.go), read with
+	// the provider's record; nil when the connector has no bank account.
+	bank *bankDay
 }
 
 // addInvalid keeps f, or counts it as one more copy of a finding kept.
