@@ -256,7 +256,9 @@ func refRank(p bankPayout, c bankCredit) int {
 	return 2
 }
 
-func containsFold(s, sub string) bool { return strings.Contains(strings.ToUpper(s), strings.ToUpper(sub)) }
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToUpper(s), strings.ToUpper(sub))
+}
 
 func daysApart(a, b time.Time) int {
 	d := int(a.Sub(b) / oneDay)
