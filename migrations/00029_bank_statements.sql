@@ -29,7 +29,7 @@ CREATE TABLE connector_bank_accounts (
     updated_by        text        NOT NULL,
     updated_at        timestamptz NOT NULL,
     CONSTRAINT connector_bank_accounts_pkey PRIMARY KEY (connector),
-    CONSTRAINT connector_bank_accounts_match_window_days_check CHECK (match_window_days BETWEEN 0 AND 14)
+    CONSTRAINT connector_bank_accounts_match_window_days_check CHECK (match_window_days BETWEEN 1 AND 14)
 );
 CREATE INDEX connector_bank_accounts_account_idx ON connector_bank_accounts (account);
 

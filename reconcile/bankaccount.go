@@ -42,7 +42,7 @@ type BankAccount struct {
 // BankAccountInput sets a connector's bank account.
 type BankAccountInput struct {
 	Account string `json:"account"`
-	// MatchWindowDays, 0 to 14; nil means DefaultMatchWindowDays.
+	// MatchWindowDays, 1 to 14; nil means DefaultMatchWindowDays.
 	MatchWindowDays *int `json:"match_window_days"`
 }
 
@@ -74,8 +74,8 @@ func (r *Reconciler) SetBankAccount(ctx context.Context, connector string, in Ba
 	if in.MatchWindowDays != nil {
 		window = *in.MatchWindowDays
 	}
-	if window < 0 || window > maxMatchWindowDays {
-		return BankAccount{}, orchestrator.ParamError("match_window_days", "match_window_days must be 0 to %d", maxMatchWindowDays)
+	if window < 1 || window > maxMatchWindowDays {
+		return BankAccount{}, orchestrator.ParamError("match_window_days", "match_window_days must be 1 to %d", maxMatchWindowDays)
 	}
 	if updatedBy == "" || !orchestrator.ValidText(updatedBy) || utf8.RuneCountInString(updatedBy) > 200 {
 		return BankAccount{}, orchestrator.ParamError("updated_by", "updated_by must be 1 to 200 characters")
