@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -288,6 +289,23 @@ func TestBankStatementMatching(t *testing.T) {
 	}
 	if run2.Diff.New != 4 || run2.CategoryCounts[reconcile.PayoutMissingInBank] != 1 {
 		t.Fatalf("version 2: diff %+v counts %v", run2.Diff, run2.CategoryCounts)
+	}
+	// The run's event holds its bank summary, as the API answers the run.
+	var evBank string
+	for _, ev := range e.staffEvents(t, "reconciliation.run.completed") {
+		var data struct {
+			ID   int64           `json:"id"`
+			Bank json.RawMessage `json:"bank"`
+		}
+		if err := json.Unmarshal(ev.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if data.ID == run2.ID {
+			evBank = string(data.Bank)
+		}
+	}
+	if want := mustJSONText(t, run2.Bank); evBank != want {
+		t.Fatalf("the event's bank summary\n got  %s\n want %s", evBank, want)
 	}
 
 	// fake_b's run reports its own payout matched and leaves the
