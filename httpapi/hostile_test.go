@@ -267,7 +267,7 @@ func (h *hostileEnv) snapshot(t *testing.T) string {
 	for _, table := range []string{"payments", "payment_operations", "payment_events", "payment_attempts", "events", "idempotency_keys",
 		"webhook_endpoints", "webhook_deliveries", "webhook_delivery_attempts",
 		"routing_versions", "reconciliation_runs", "reconciliation_discrepancies", "console_sessions", "tenants",
-		"payment_methods", "payment_method_keys"} {
+		"payment_methods", "payment_method_keys", "connector_bank_accounts", "bank_statements", "bank_statement_lines"} {
 		parts = append(parts, fmt.Sprintf(`SELECT '%[1]s', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %[1]s t`, table))
 	}
 	parts = append(parts, `SELECT 'api_keys', count(*), '' FROM api_keys`)
@@ -365,6 +365,18 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 			body:   map[string]string{"currencies": `{"EUR":{"percent_bp":140,"fixed_minor":25}}`, "tolerance_minor": "0"},
 			fields: map[string]kind{"currencies": object, "default": object}},
 		"GET /v1/connectors/:name/fees/versions": {roles: as(admin), path: map[string]string{"name": "fake"},
+			query: []string{"limit", "starting_after"}},
+		// An account id is free text to its bank (any odd token may be one):
+		// wrong only when unstorable, too long or not a string.
+		"GET /v1/connectors/:name/bank_account": {roles: as(finance), path: map[string]string{"name": "fake"}},
+		"PUT /v1/connectors/:name/bank_account": {roles: as(admin), path: map[string]string{"name": "fake"},
+			body:   map[string]string{"account": `"DE89370400440532013000"`, "match_window_days": "3"},
+			fields: map[string]kind{"account": text, "match_window_days": integer}},
+		// A statement upload's body is XML or CSV (bankstatement_test.go
+		// feeds it bad files); the JSON probes here are refused by type.
+		"POST /v1/bank_statements": {roles: as(finance), query: []string{"account", "statement_id"}},
+		"GET /v1/bank_statements":  {roles: as(finance), query: []string{"account", "limit", "starting_after"}},
+		"GET /v1/bank_statements/:id": {roles: as(finance), path: map[string]string{"id": "1"},
 			query: []string{"limit", "starting_after"}},
 
 		// Providers' webhooks: unauthenticated; every probe lacks a

@@ -601,6 +601,8 @@ func TestOpenAPIContract(t *testing.T) {
 		wantProblem(t, res, b, 403, "forbidden")
 	})
 
+	t.Run("BankStatements", func(t *testing.T) { contractBankStatements(t, ct, finance, admin) })
+
 	t.Run("Reconciliation", func(t *testing.T) {
 		res, b := ct.do(t, call{method: "POST", path: "/v1/payments", apiKey: merchant, idemKey: "c-rec",
 			body: `{"amount_minor":700,"currency":"EUR"}`})

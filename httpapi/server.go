@@ -208,9 +208,11 @@ func New(cfg Config) *Server {
 				return err
 			},
 		}),
-		// In bytes: Echo reads "64K" as 64,000. Provider webhooks have
-		// their own limit (receiveWebhook).
-		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes), Skipper: isProviderWebhook}),
+		// In bytes: Echo reads "64K" as 64,000. Provider webhooks and bank
+		// statements have their own limits (receiveWebhook,
+		// createBankStatement).
+		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes),
+			Skipper: func(c echo.Context) bool { return isProviderWebhook(c) || isStatementUpload(c) }}),
 		s.consoleOr(requireJSON), // the web console under /console/, or the API's JSON check
 		checkParams,              // the API's; the console's router runs its own
 	)
@@ -292,8 +294,8 @@ func (s *Server) routes() {
 }
 
 // financeRoutes are the routes of reconciliation: its runs and
-// discrepancies (finance, admin) and the connectors' fee schedules
-// (admin).
+// discrepancies, bank statements (finance, admin), the connectors' fee
+// schedules and bank accounts (admin; finance reads the accounts).
 func (s *Server) financeRoutes(v1 *echo.Group) {
 	finance := requireRole(orchestrator.RoleFinance, orchestrator.RoleAdmin)
 	v1.POST("/reconciliation/runs", s.startRun, finance)
@@ -305,6 +307,11 @@ func (s *Server) financeRoutes(v1 *echo.Group) {
 	v1.GET("/connectors/:name/fees", s.getFeeSchedule, admin)
 	v1.PUT("/connectors/:name/fees", s.putFeeSchedule, admin)
 	v1.GET("/connectors/:name/fees/versions", s.listFeeScheduleVersions, admin)
+	v1.POST("/bank_statements", s.createBankStatement, finance)
+	v1.GET("/bank_statements", s.listBankStatements, finance)
+	v1.GET("/bank_statements/:id", s.getBankStatement, finance)
+	v1.GET("/connectors/:name/bank_account", s.getBankAccount, finance)
+	v1.PUT("/connectors/:name/bank_account", s.putBankAccount, admin)
 }
 
 // clientIP is how c.RealIP() finds the client: the connection's peer, or,

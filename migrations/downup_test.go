@@ -59,7 +59,10 @@ INSERT INTO reconciliation_discrepancies (id, run_id, category, fingerprint, ten
 		(2, 1, 'part_mismatch', 'fp-2', 1, 'pay_' || repeat('0', 31) || '1', now()),
 		(3, 1, 'fee_mismatch', 'fp-3', 1, 'pay_' || repeat('0', 31) || '1', now()),
 		(4, 1, 'payout_unexplained', 'fp-4', NULL, NULL, now());
-UPDATE reconciliation_runs SET settlement = '{"EUR": {"charges_minor": 1000, "fees_minor": 39}}' WHERE id = 1;
+INSERT INTO reconciliation_discrepancies (id, run_id, category, fingerprint, provider_ref, created_at)
+	OVERRIDING SYSTEM VALUE VALUES (5, 1, 'payout_missing_in_bank', 'fp-5', 'po_1', now());
+UPDATE reconciliation_runs SET settlement = '{"EUR": {"charges_minor": 1000, "fees_minor": 39}}',
+	bank = '{"account": "DE89370400440532013000", "currencies": {}}' WHERE id = 1;
 INSERT INTO reconciliation_money_rows (run_id, seq, stream, object, id, type, hold_ref, gross_minor, fee_minor, net_minor,
 		currency, payout_id, created_at, matched_tenant_id, matched_payment_id)
 	VALUES (1, 1, 'day', 'balance_transaction', 'fbt_1', 'charge', 'fk_1', 1000, 39, 961, 'EUR', '', now(), 1,
@@ -78,6 +81,15 @@ INSERT INTO payment_method_keys (tenant_id, payment_method_id, kek_version, wrap
 	VALUES (1, 'vpm_' || repeat('0', 31) || '1', 1, '\x03');
 INSERT INTO fee_schedules (connector, version, schedule, created_by, created_at)
 	VALUES ('fake', 1, '{"currencies":{"EUR":{"percent_bp":140,"fixed_minor":25}},"default":null,"tolerance_minor":0}', 'key_s', now());
+INSERT INTO connector_bank_accounts (connector, account, match_window_days, updated_by, updated_at)
+	VALUES ('fake', 'DE89370400440532013000', 3, 'key_s', now());
+INSERT INTO bank_statements (id, account, statement_id, format, content_sha256, from_date, to_date, line_count, totals,
+		created_by, created_at)
+	OVERRIDING SYSTEM VALUE VALUES (1, 'DE89370400440532013000', 'STMT-1', 'camt.053', repeat('a', 64), current_date,
+		current_date, 1, '{"EUR": {"credits": 1, "credit_minor": 1000, "debits": 0, "debit_minor": 0}}', 'key_s', now());
+INSERT INTO bank_statement_lines (statement_id, line, account, booking_date, value_date, amount_minor, currency,
+		credit_debit, reversal, reference, counterparty, bank_reference)
+	VALUES (1, 1, 'DE89370400440532013000', current_date, NULL, 1000, 'EUR', 'credit', false, 'FAKEPAYOUT-1', '', '');
 `
 
 // TestEveryMigrationDownAndUpWithRows runs each migration's Down, then its

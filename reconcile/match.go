@@ -35,7 +35,7 @@ const (
 // Categories lists every category, in the order reports show them.
 var Categories = []string{MissingAtProvider, MissingLocally, AmountMismatch, CurrencyMismatch, StatusMismatch,
 	DuplicateAtProvider, StuckPending, HoldExpiredUncaptured, InvalidProviderRow, PartMismatch, FeeMismatch,
-	PayoutUnexplained, PayoutItemUnknown, NotPaidOut}
+	PayoutUnexplained, PayoutItemUnknown, NotPaidOut, PayoutMissingInBank, PayoutAmountMismatch, BankCreditUnmatched}
 
 // local is a payment as the matcher sees it.
 type local struct {
@@ -156,6 +156,9 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 		return result{}, err
 	}
 	if staged.money, err = r.stageSettlement(ctx, conn.Conn(), prov, run); err != nil {
+		return result{}, err
+	}
+	if staged.bank, err = r.readBankDay(ctx, conn.Conn(), run); err != nil {
 		return result{}, err
 	}
 	clock.done(phaseStage)
@@ -335,6 +338,9 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, 
 		return nil, err
 	}
 	if err := r.judgeSettlement(ctx, tx, run, staged.money, st, w); err != nil {
+		return nil, err
+	}
+	if err := r.judgeBank(ctx, tx, run, staged.bank, w); err != nil {
 		return nil, err
 	}
 	if err := w.flush(ctx); err != nil {

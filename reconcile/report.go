@@ -23,6 +23,9 @@ type staged struct {
 	// money is what settlement knows of the connector's money, its own
 	// staged apart (settle.go); nil when the provider reports none.
 	money *moneyTerms
+	// bank is the day's payouts for the bank step (bank.go), read with
+	// the provider's record; nil when the connector has no bank account.
+	bank *bankDay
 }
 
 // addInvalid keeps f, or counts it as one more copy of a finding kept.

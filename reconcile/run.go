@@ -177,7 +177,10 @@ type Run struct {
 	CategoryCounts map[string]int64       `json:"category_counts"`
 	Diff           Diff                   `json:"diff"`
 	Error          *string                `json:"error"`
-	leaseUntil     *time.Time
+	// Bank is what the run found of the connector's payouts in the bank
+	// (bank.go); null when the connector has no bank account.
+	Bank       *BankSummary `json:"bank"`
+	leaseUntil *time.Time
 }
 
 // Totals are the amounts of one side of a run in one currency, in minor
@@ -199,14 +202,14 @@ type Diff struct {
 
 const runCols = `id, provider, business_date::text, version, trigger, status, time_zone, window_start, window_end,
 	grace_seconds, requested_by, started_at, finished_at, local_count, provider_count, matched_count,
-	discrepancy_count, totals, category_counts, diff, error, lease_until, settlement`
+	discrepancy_count, totals, category_counts, diff, error, lease_until, settlement, bank`
 
 func scanRun(row pgx.CollectableRow) (Run, error) {
 	var r Run
 	err := row.Scan(&r.ID, &r.Provider, &r.BusinessDate, &r.Version, &r.Trigger, &r.Status, &r.TimeZone,
 		&r.WindowStart, &r.WindowEnd, &r.GraceSeconds, &r.RequestedBy, &r.StartedAt, &r.FinishedAt, &r.LocalCount,
 		&r.ProviderCount, &r.MatchedCount, &r.DiscrepancyCount, &r.Totals, &r.CategoryCounts, &r.Diff, &r.Error, &r.leaseUntil,
-		&r.Settlement)
+		&r.Settlement, &r.Bank)
 	r.normalize()
 	return r, err
 }
