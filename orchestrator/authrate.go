@@ -148,7 +148,7 @@ type AuthRateConfig struct {
 }
 
 // DefaultAuthRate is used for the fields Config.AuthRate leaves zero.
-var DefaultAuthRate = AuthRateConfig{Refresh: 2 * time.Second, Window: 200, MaxAge: time.Hour, MinAnswers: 30}
+var DefaultAuthRate = AuthRateConfig{Refresh: 2 * time.Second, Window: 100, MaxAge: time.Hour, MinAnswers: 30}
 
 func (c AuthRateConfig) withDefaults() AuthRateConfig {
 	if c.Refresh <= 0 {
