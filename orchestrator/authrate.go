@@ -370,7 +370,7 @@ type ConnectorScore struct {
 	Answered   int    `json:"answered"`
 	// RateBP is Authorized / Answered in basis points, nil without
 	// answers.
-	RateBP       *int                  `json:"rate_bp"`
+	RateBP       *int                   `json:"rate_bp"`
 	Eliminations []ConnectorElimination `json:"eliminations"`
 }
 
