@@ -68,6 +68,7 @@ func parseConsolePages() map[string]*template.Template {
 		"categories": discrepancyCategories,
 		"share":      formatShareP,
 		"msp":        formatMSP,
+		"bp":         formatBP,
 		"attempt":    eventAttempt,
 		"detail":     eventDetail,
 		"opchange":   operationChange,

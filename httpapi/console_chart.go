@@ -241,3 +241,12 @@ func formatCount(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)
 }
+
+// formatBP is formatShare of a rate in basis points (9512 is 95.1 %);
+// nil is "—".
+func formatBP(bp *int) string {
+	if bp == nil {
+		return "—"
+	}
+	return formatShare(float64(*bp) / 10000)
+}

@@ -31,6 +31,10 @@ type connectorView struct {
 	Total                 orchestrator.AttemptStats
 	Rate, Errors, Latency svgChart
 	Hours                 []connectorHour
+	// Score is its auth_rate score and eliminations in this instance;
+	// Learning charts what auth_rate decisions saw of it, hour by hour.
+	Score    orchestrator.ConnectorScore
+	Learning svgChart
 }
 
 // connectorHour is one hour's row of a connector's table.
@@ -50,13 +54,24 @@ func (s *Server) consoleConnectors(c echo.Context) error {
 	if err != nil {
 		return s.consoleError(c, err)
 	}
+	history, err := s.svc.AuthRateHistory(c.Request().Context(), since, time.Hour)
+	if err != nil {
+		return s.consoleError(c, err)
+	}
 	byName := make(map[string]orchestrator.ConnectorStats, len(stats))
 	for _, st := range stats {
 		byName[st.Connector] = st
 	}
+	scores, _ := s.svc.AuthRateScores()
+	scoreOf := make(map[string]orchestrator.ConnectorScore, len(scores))
+	for _, sc := range scores {
+		scoreOf[sc.Connector] = sc
+	}
 	page := connectorsPage{Since: since, Until: now}
 	for i, h := range s.svc.ConnectorHealth() {
-		page.Connectors = append(page.Connectors, newConnectorView(i, h, byName[h.Name]))
+		v := newConnectorView(i, h, byName[h.Name])
+		v.Score, v.Learning = scoreOf[h.Name], learningChart("c"+strconv.Itoa(i), h.Name, history[h.Name])
+		page.Connectors = append(page.Connectors, v)
 	}
 	return s.render(c, http.StatusOK, "connectors", "Connectors", page)
 }
@@ -111,4 +126,36 @@ func newConnectorView(i int, h orchestrator.ConnectorHealth, st orchestrator.Con
 		chartSeries{Name: "p50", Class: "s-p50", Values: p50, Titles: p50T},
 		chartSeries{Name: "p95", Class: "s-p95", Values: p95, Titles: p95T})
 	return v
+}
+
+// learningChart charts, hour by hour, the mean score auth_rate decisions
+// saw for connector name and the share of them that put it first.
+func learningChart(id, name string, pts []orchestrator.AuthRatePoint) svgChart {
+	n := len(pts)
+	xLabels := make([]string, n)
+	score, share := make([]*float64, n), make([]*float64, n)
+	scoreT, shareT := make([]string, n), make([]string, n)
+	for j, p := range pts {
+		start := p.Start.UTC()
+		label := start.Format("15:04") + "–" + p.End.UTC().Format("15:04") + " UTC"
+		if start.Hour()%6 == 0 {
+			xLabels[j] = start.Format("15:04")
+		}
+		if p.ScoreBP != nil {
+			v := *p.ScoreBP / 10000
+			score[j] = &v
+		}
+		if p.Decisions > 0 {
+			v := float64(p.Chosen) / float64(p.Decisions)
+			share[j] = &v
+		}
+		scoreT[j] = fmt.Sprintf("%s: mean score %s over %d decisions", label, formatShareP(score[j]), p.Decisions)
+		shareT[j] = fmt.Sprintf("%s: first in %s (%d of %d decisions)", label, formatShareP(share[j]), p.Chosen, p.Decisions)
+	}
+	return lineChart(id+"-learning", name+": auth_rate score and share of traffic over the last 24 hours, hour by hour (UTC)",
+		"Among payments routed by auth_rate with this connector a candidate: the mean authorization rate their "+
+			"decisions saw for it, and the share sent to it first, from 0 to 100 %. Hours without such payments have no point.",
+		1, formatShare, xLabels,
+		chartSeries{Name: "score", Class: "s-rate", Values: score, Titles: scoreT},
+		chartSeries{Name: "share of traffic", Class: "s-p50", Values: share, Titles: shareT})
 }

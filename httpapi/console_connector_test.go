@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -121,12 +122,14 @@ func TestConsoleConnectorsInBrowser(t *testing.T) {
 			if strings.Count(rows, "\n") < 1 || !strings.HasPrefix(fakeBRow, "fake_b") {
 				t.Fatalf("connector rows:\n%s", rows)
 			}
-			// Three charts per connector, each an image with a name, and a
-			// titled point for the hour with attempts.
+			// Four charts per connector, each an image with a name, and a
+			// titled point for the hour with attempts (none yet for
+			// auth_rate: no rule uses it).
 			n := browserValue(t, b, chromedp.Evaluate[int](`document.querySelectorAll('#connector-fake svg.chart[role=img]').length`))
-			if n != 3 {
-				t.Fatalf("%d charts for fake, want 3", n)
+			if n != 4 {
+				t.Fatalf("%d charts for fake, want 4", n)
 			}
+			mustContain(t, "fake's auth_rate cell", b.text(t, `#connectors tbody tr:nth-child(1) td.auth-rate`), "no score")
 			label := browserValue(t, b, chromedp.Evaluate[string](
 				`document.querySelector('#connector-fake svg.chart').getAttribute('aria-labelledby').split(' ').map(id => document.getElementById(id).textContent).join(' | ')`))
 			mustContain(t, "rate chart's name", label, "fake: authorization rate over the last 24 hours", "from 0 to 100")
@@ -145,6 +148,57 @@ func TestConsoleConnectorsInBrowser(t *testing.T) {
 			signOut(t)
 		})
 	}
+
+	t.Run("AuthRateScoreAndShareOfTraffic", func(t *testing.T) {
+		job := e.svc.AuthRatesJob()
+		job.Start(context.Background())
+		defer job.Stop()
+		rules := `{"rules":[],"default":{"strategy":"auth_rate","connectors":[{"name":"fake"},{"name":"fake_b"}]}}`
+		res, body := e.do(t, "PUT", fmt.Sprintf("/v1/tenants/%d/routing", e.tenant), e.keys[orchestrator.RoleAdmin],
+			strings.NewReader(rules), map[string]string{"Content-Type": "application/json"})
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("routing: %d %s", res.StatusCode, body)
+		}
+		for i := range 3 {
+			e.post(t, "/v1/payments", e.keys[orchestrator.RoleMerchant], fmt.Sprint("auth-rate-", i),
+				`{"amount_minor":1000,"currency":"EUR"}`)
+		}
+		signIn(t, orchestrator.RoleAdmin)
+		// The refresher reads the scores within its 2 s once a decision
+		// was made: reload until the page shows them.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			b.do(t, "connectors", chromedp.Navigate(e.url+"/console/connectors"), chromedp.WaitVisible(css(`#connectors`)))
+			cell := b.text(t, `#connectors tbody tr:nth-child(1) td.auth-rate`)
+			if strings.Contains(cell, "score") && !strings.Contains(cell, "no score") {
+				mustContain(t, "fake's auth_rate cell", cell, "score 100\u00a0%", "(5 of 5)")
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fake's auth_rate cell never showed a score: %q", cell)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		// One more payment, decided on the scores just read.
+		e.post(t, "/v1/payments", e.keys[orchestrator.RoleMerchant], "auth-rate-3", `{"amount_minor":1000,"currency":"EUR"}`)
+		b.do(t, "connectors", chromedp.Navigate(e.url+"/console/connectors"), chromedp.WaitVisible(css(`#connectors`)))
+		b.screenshot(t, "connectors-auth-rate")
+		label := browserValue(t, b, chromedp.Evaluate[string](
+			`document.querySelector('#c0-learning').getAttribute('aria-labelledby').split(' ').map(id => document.getElementById(id).textContent).join(' | ')`))
+		mustContain(t, "learning chart's name", label, "fake: auth_rate score and share of traffic")
+		points := browserValue(t, b, chromedp.Evaluate[[]string](
+			`[...document.querySelectorAll('#c0-learning circle title')].map(t => t.textContent)`))
+		// Four decisions this hour, each with fake and fake_b candidates:
+		// the first three before the scores were read (no rate), the last
+		// on fake at 100 %; all put fake first (fake_b without answers
+		// draws lower, or its open breaker skips it).
+		if len(points) != 2 {
+			t.Fatalf("learning points of fake: %q", points)
+		}
+		mustContain(t, "score point", points[0], "mean score 100\u00a0% over 4 decisions")
+		mustContain(t, "share point", points[1], "(4 of 4 decisions)")
+		signOut(t)
+	})
 
 	t.Run("SupportSeesTheAttemptsOfAFailedOverPayment", func(t *testing.T) {
 		signIn(t, orchestrator.RoleSupport)

@@ -360,6 +360,7 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 			fields: map[string]kind{"rules": array, "default": object}},
 		"GET /v1/tenants/:id/routing/versions": {roles: as(admin), path: map[string]string{"id": tenantID},
 			query: []string{"limit", "starting_after"}},
+		"GET /v1/connectors":            {roles: as(admin, support)},
 		"GET /v1/connectors/:name/fees": {roles: as(admin), path: map[string]string{"name": "fake"}},
 		"PUT /v1/connectors/:name/fees": {roles: as(admin), path: map[string]string{"name": "fake"},
 			body:   map[string]string{"currencies": `{"EUR":{"percent_bp":140,"fixed_minor":25}}`, "tolerance_minor": "0"},

@@ -719,6 +719,10 @@ func TestOpenAPIContract(t *testing.T) {
 		wantProblem(t, res, b, 403, "forbidden")
 		res, b = ct.do(t, call{method: "GET", path: "/v1/tenants/999999/routing/versions", apiKey: admin})
 		wantProblem(t, res, b, 404, "not_found")
+		res, b = ct.do(t, call{method: "GET", path: "/v1/connectors", apiKey: support})
+		wantStatus(t, res, b, 200)
+		res, b = ct.do(t, call{method: "GET", path: "/v1/connectors", apiKey: merchant})
+		wantProblem(t, res, b, 403, "forbidden")
 	})
 
 	t.Run("Webhooks", func(t *testing.T) {

@@ -44,7 +44,7 @@ func (e *env) post(t *testing.T, path, apiKey, idemKey, body string) (*http.Resp
 	return e.do(t, "POST", path, apiKey, r, hdr)
 }
 
-func decode[T any](t *testing.T, b []byte) T {
+func decode[T any](t testing.TB, b []byte) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(b, &v); err != nil {

@@ -52,7 +52,7 @@ func TestPaymentsAPIThroughPgbouncer(t *testing.T) {
 // testDBURL is the URL of a new migrated database of t's own: direct, or
 // through PgBouncer (pgx's cache_describe mode) when t runs under
 // TestPaymentsAPIThroughPgbouncer.
-func testDBURL(t *testing.T) string {
+func testDBURL(t testing.TB) string {
 	t.Helper()
 	u := pgtest.URL(t)
 	if !strings.HasPrefix(t.Name(), poolerTest) {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -72,4 +73,40 @@ func (s *Server) listRoutingVersions(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, newList(vs, more))
+}
+
+// connectorList is the body of GET /v1/connectors.
+type connectorList struct {
+	Object string          `json:"object"`
+	Data   []connectorJSON `json:"data"`
+	// ScoresAt is when this instance last read the authorization rates,
+	// nil when it has not (no auth_rate decision yet).
+	ScoresAt *time.Time `json:"scores_at"`
+}
+
+// connectorJSON is a connector with, side by side, its health breaker and
+// its standing in auth_rate routing, both as this instance sees them.
+type connectorJSON struct {
+	orchestrator.ConnectorHealth
+	AuthRate orchestrator.ConnectorScore `json:"auth_rate"`
+}
+
+// listConnectors: GET /v1/connectors (admin, support), every configured
+// connector with its error breaker's state and its authorization-rate
+// score and eliminations in this instance.
+func (s *Server) listConnectors(c echo.Context) error {
+	scores, at := s.svc.AuthRateScores()
+	byName := make(map[string]orchestrator.ConnectorScore, len(scores))
+	for _, sc := range scores {
+		byName[sc.Connector] = sc
+	}
+	out := connectorList{Object: "list", Data: []connectorJSON{}}
+	if !at.IsZero() {
+		at = at.UTC()
+		out.ScoresAt = &at
+	}
+	for _, h := range s.svc.ConnectorHealth() {
+		out.Data = append(out.Data, connectorJSON{ConnectorHealth: h, AuthRate: byName[h.Name]})
+	}
+	return c.JSON(http.StatusOK, out)
 }

@@ -1,10 +1,12 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/payorch/payorch/httpapi"
 	"github.com/payorch/payorch/orchestrator"
@@ -174,4 +176,61 @@ func sameRules(t *testing.T, got json.RawMessage, want string) {
 	if string(ja) != string(jb) {
 		t.Fatalf("rules:\n got  %s\n want %s", ja, jb)
 	}
+}
+
+// TestConnectorsAPIShowsScoresNextToBreakers: after payments routed by
+// auth_rate, GET /v1/connectors shows each connector's breaker and its
+// score, read by the instance's refresher; before any auth_rate decision
+// it shows no scores.
+func TestConnectorsAPIShowsScoresNextToBreakers(t *testing.T) {
+	t.Parallel()
+	e := newMigratedEnv(t, httpapi.Config{}, orchestrator.Config{
+		AuthRate: orchestrator.AuthRateConfig{Refresh: 20 * time.Millisecond}})
+	job := e.svc.AuthRatesJob()
+	job.Start(context.Background())
+	t.Cleanup(job.Stop)
+	support := e.keys[orchestrator.RoleSupport]
+	type list struct {
+		Data []struct {
+			Name     string `json:"name"`
+			Breaker  string `json:"breaker"`
+			AuthRate struct {
+				Authorized, Answered int
+				RateBP               *int `json:"rate_bp"`
+			} `json:"auth_rate"`
+		} `json:"data"`
+		ScoresAt *time.Time `json:"scores_at"`
+	}
+	res, b := e.do(t, "GET", "/v1/connectors", support, nil, nil)
+	if l := decode[list](t, b); res.StatusCode != 200 || l.ScoresAt != nil || len(l.Data) != 1 ||
+		l.Data[0].Name != "fake" || l.Data[0].Breaker != "closed" || l.Data[0].AuthRate.RateBP != nil {
+		t.Fatalf("before any auth_rate decision: %d %s", res.StatusCode, b)
+	}
+	rules := `{"rules":[],"default":{"strategy":"auth_rate","connectors":[{"name":"fake"}],"auth_rate":{"exploration_percent":0}}}`
+	res, b = e.do(t, "PUT", fmt.Sprintf("/v1/tenants/%d/routing", e.tenant), e.keys[orchestrator.RoleAdmin],
+		strings.NewReader(rules), map[string]string{"Content-Type": "application/json"})
+	if res.StatusCode != 200 {
+		t.Fatalf("routing: %d %s", res.StatusCode, b)
+	}
+	merchant := e.keys[orchestrator.RoleMerchant]
+	for i, pm := range []string{"pm_card_visa", "pm_card_visa", "pm_card_visa", "pm_card_chargeDeclined"} {
+		e.post(t, "/v1/payments", merchant, fmt.Sprint("conn-", i), `{"amount_minor":1000,"currency":"EUR","payment_method":"`+pm+`"}`)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, b = e.do(t, "GET", "/v1/connectors", support, nil, nil)
+		l := decode[list](t, b)
+		if res.StatusCode == 200 && l.ScoresAt != nil && l.Data[0].AuthRate.Answered == 4 {
+			if a := l.Data[0].AuthRate; a.Authorized != 3 || a.RateBP == nil || *a.RateBP != 7500 {
+				t.Fatalf("scores of fake after 3 authorized and 1 declined: %s", b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scores never showed the four payments: %d %s", res.StatusCode, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, b = e.do(t, "GET", "/v1/connectors", merchant, nil, nil)
+	wantProblem(t, res, b, 403, "forbidden")
 }

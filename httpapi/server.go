@@ -243,6 +243,7 @@ func (s *Server) routes() {
 	v1.GET("/tenants/:id/routing", s.getRouting, requireRole(orchestrator.RoleAdmin))
 	v1.PUT("/tenants/:id/routing", s.putRouting, requireRole(orchestrator.RoleAdmin))
 	v1.GET("/tenants/:id/routing/versions", s.listRoutingVersions, requireRole(orchestrator.RoleAdmin))
+	v1.GET("/connectors", s.listConnectors, requireRole(orchestrator.RoleAdmin, orchestrator.RoleSupport))
 	v1.GET("/tenants/:id/browser_origins", s.getBrowserOrigins, requireRole(orchestrator.RoleAdmin))
 	v1.PUT("/tenants/:id/browser_origins", s.putBrowserOrigins, requireRole(orchestrator.RoleAdmin))
 

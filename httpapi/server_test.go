@@ -54,7 +54,7 @@ type env struct {
 // (clock, lease, provider timeout, a Pool on dbURL of its own, more
 // connectors); its Pool (unless given), Logger, the default connector
 // "fake" and telemetry providers are filled in.
-func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrator.Config) *env {
+func newEnv(t testing.TB, cfg httpapi.Config, dbURL string, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
 	var sc orchestrator.Config
 	if len(svcCfg) > 0 {
@@ -66,7 +66,7 @@ func newEnv(t *testing.T, cfg httpapi.Config, dbURL string, svcCfg ...orchestrat
 // newEnvWith is newEnv with the Service's configuration sc and the
 // webhooks' hc; their Pool (unless given), Clock (the Service's), Logger
 // and telemetry providers are filled in.
-func newEnvWith(t *testing.T, cfg httpapi.Config, dbURL string, sc orchestrator.Config, hc webhooks.Config) *env {
+func newEnvWith(t testing.TB, cfg httpapi.Config, dbURL string, sc orchestrator.Config, hc webhooks.Config) *env {
 	t.Helper()
 	pool := sc.Pool
 	if pool == nil {
@@ -125,7 +125,7 @@ func newEnvWith(t *testing.T, cfg httpapi.Config, dbURL string, sc orchestrator.
 	return e
 }
 
-func newMigratedEnv(t *testing.T, cfg httpapi.Config, svcCfg ...orchestrator.Config) *env {
+func newMigratedEnv(t testing.TB, cfg httpapi.Config, svcCfg ...orchestrator.Config) *env {
 	t.Helper()
 	var sc orchestrator.Config
 	if len(svcCfg) > 0 {
@@ -136,7 +136,7 @@ func newMigratedEnv(t *testing.T, cfg httpapi.Config, svcCfg ...orchestrator.Con
 
 // newMigratedEnvWith is newMigratedEnv with the webhooks' configuration
 // hc too (newEnvWith).
-func newMigratedEnvWith(t *testing.T, cfg httpapi.Config, sc orchestrator.Config, hc webhooks.Config) *env {
+func newMigratedEnvWith(t testing.TB, cfg httpapi.Config, sc orchestrator.Config, hc webhooks.Config) *env {
 	t.Helper()
 	e := newEnvWith(t, cfg, testDBURL(t), sc, hc)
 	ctx := context.Background()
@@ -156,7 +156,7 @@ func newMigratedEnvWith(t *testing.T, cfg httpapi.Config, sc orchestrator.Config
 	return e
 }
 
-func (e *env) do(t *testing.T, method, path, key string, body io.Reader, hdr map[string]string) (*http.Response, []byte) {
+func (e *env) do(t testing.TB, method, path, key string, body io.Reader, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.url+path, body)
 	if err != nil {

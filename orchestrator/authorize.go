@@ -169,12 +169,13 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 	if err != nil {
 		return Outcome{}, err
 	}
-	version, route, err := s.routeFor(ctx, in)
+	card := use.summary()
+	version, route, why, err := s.routeFor(ctx, in, card)
 	if err != nil {
 		return Outcome{}, err
 	}
 	id := PaymentID(in.TenantID, in.Key)
-	first := s.firstConnector(route)
+	first := s.firstConnector(route, why)
 	// One statement (createPaymentSQL), so one round trip and one
 	// transaction. When the payment exists already (a resumed request, or
 	// a purged key), nothing is written and it is read instead.
@@ -183,8 +184,8 @@ func (s *Service) Authorize(ctx context.Context, c *Claim, in AuthorizeInput) (O
 		"request_hash": in.Fingerprint.Hash, "field_hashes": in.Fingerprint.Fields,
 		"amount_minor": in.AmountMinor, "currency": in.Currency, "provider": first,
 		"payment_method": in.PaymentMethod, "description": in.Description, "metadata": in.Metadata,
-		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1),
-		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": use.summary(),
+		"routing_version": version, "route": route, "forwarded_key": AttemptKey(in.TenantID, in.Key, 1), "routing": why,
+		"on_expiry": in.OnExpiry, "extended_authorization": in.ExtendedAuthorization, "card": card,
 		"return_url": nullIfEmpty(in.ReturnURL), "now": s.now(),
 		"incremental_authorization": flexRequested(in.RequestIncrementalAuthorization),
 		"multicapture":              flexRequested(in.RequestMulticapture),
@@ -259,8 +260,9 @@ const createPaymentSQL = `
 		ON CONFLICT (tenant_id, id) DO NOTHING
 		RETURNING ` + paymentColumns + `
 	), attempt AS (
-		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
-		SELECT tenant_id, id, 1, provider, @forwarded_key, 1, @now FROM p
+		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at,
+			routing)
+		SELECT tenant_id, id, 1, provider, @forwarded_key, 1, @now, @routing FROM p
 	), event AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
 		SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), @now

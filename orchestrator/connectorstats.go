@@ -149,3 +149,78 @@ func (r attemptStatsRow) stats(start, end time.Time) AttemptStats {
 	}
 	return a
 }
+
+// AuthRatePoint is how auth_rate decisions saw one connector over a
+// bucket of time: among the first attempts routed by auth_rate that had
+// it as a candidate, the mean score they saw and how many went first to
+// it. Display only.
+type AuthRatePoint struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Decisions is how many auth_rate decisions had the connector as a
+	// candidate; Chosen how many of them put it first.
+	Decisions int64 `json:"decisions"`
+	Chosen    int64 `json:"chosen"`
+	// ScoreBP is the mean of the rates the decisions saw (basis points),
+	// nil when none had a rate for it.
+	ScoreBP *float64 `json:"score_bp"`
+}
+
+// authRateHistorySQL reads the auth_rate decisions stored with the first
+// attempts started in [@since, @until) (payment_attempts.routing), per
+// candidate connector and bucket of @bucket_micros from @since.
+const authRateHistorySQL = `
+	SELECT s.value->>'connector' AS connector,
+		(extract(epoch FROM a.started_at - @since::timestamptz) * 1000000)::bigint / @bucket_micros::bigint AS bucket,
+		count(*) AS decisions,
+		count(*) FILTER (WHERE a.connector = s.value->>'connector') AS chosen,
+		avg((s.value->>'rate_bp')::double precision) AS score_bp
+	FROM payment_attempts a
+	CROSS JOIN LATERAL jsonb_array_elements(a.routing->'scores') AS s (value)
+	WHERE a.connector = ANY (@connectors::text[]) AND a.started_at >= @since AND a.started_at < @until
+		AND a.attempt = 1 AND a.routing->>'strategy' = 'auth_rate'
+	GROUP BY 1, 2`
+
+// authRateHistoryRow is a row of authRateHistorySQL.
+type authRateHistoryRow struct {
+	Connector string   `db:"connector"`
+	Bucket    int64    `db:"bucket"`
+	Decisions int64    `db:"decisions"`
+	Chosen    int64    `db:"chosen"`
+	ScoreBP   *float64 `db:"score_bp"`
+}
+
+// AuthRateHistory returns, for every configured connector by name, its
+// auth_rate points over [since, now) in buckets of the given width from
+// since, every bucket present. Errors: validation_failed (as
+// ConnectorStats).
+func (s *Service) AuthRateHistory(ctx context.Context, since time.Time, bucket time.Duration) (map[string][]AuthRatePoint, error) {
+	until := s.now()
+	if !since.Before(until) || bucket < time.Microsecond || (until.Sub(since)+bucket-1)/bucket > MaxStatsBuckets {
+		return nil, ParamError("since", "since must be before now, in at most %d buckets", MaxStatsBuckets)
+	}
+	n := int((until.Sub(since) + bucket - 1) / bucket)
+	names := s.connectorNames()
+	rows, _ := s.pool.Query(ctx, authRateHistorySQL, NamedArgs{"since": since, "until": until,
+		"bucket_micros": bucket.Microseconds(), "connectors": names})
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[authRateHistoryRow])
+	if err != nil {
+		return nil, internalf("auth_rate history: %w", err)
+	}
+	out := make(map[string][]AuthRatePoint, len(names))
+	for _, name := range names {
+		pts := make([]AuthRatePoint, n)
+		for j := range pts {
+			pts[j].Start = since.Add(time.Duration(j) * bucket)
+			pts[j].End = pts[j].Start.Add(bucket)
+		}
+		out[name] = pts
+	}
+	for _, r := range got {
+		if pts, ok := out[r.Connector]; ok && r.Bucket >= 0 && r.Bucket < int64(n) {
+			p := &pts[r.Bucket]
+			p.Decisions, p.Chosen, p.ScoreBP = r.Decisions, r.Chosen, r.ScoreBP
+		}
+	}
+	return out, nil
+}

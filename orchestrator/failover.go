@@ -94,6 +94,9 @@ type Attempt struct {
 	Calls     int        `json:"calls" db:"dispatched"`
 	StartedAt time.Time  `json:"started_at" db:"started_at"`
 	EndedAt   *time.Time `json:"ended_at" db:"ended_at"`
+	// Routing is why the attempt went to its connector; nil for attempts
+	// made before payorch kept it.
+	Routing *RoutingDecision `json:"routing" db:"routing"`
 }
 
 // Attempts returns a payment's attempts, first first. Errors: not_found.
@@ -103,7 +106,8 @@ func (s *Service) Attempts(ctx context.Context, sc Scope, id string) ([]Attempt,
 		return nil, err
 	}
 	const q = `
-		SELECT attempt, connector, forwarded_key, outcome, code, provider_ref, latency_ms, dispatched, started_at, ended_at
+		SELECT attempt, connector, forwarded_key, outcome, code, provider_ref, latency_ms, dispatched, started_at, ended_at,
+			routing
 		FROM payment_attempts WHERE tenant_id = @tenant_id AND payment_id = @payment_id ORDER BY attempt`
 	rows, _ := s.pool.Query(ctx, q, NamedArgs{"tenant_id": p.TenantID, "payment_id": p.ID})
 	as, err := pgx.CollectRows(rows, pgx.RowToStructByName[Attempt])
@@ -284,8 +288,9 @@ const failOverSQL = `
 		WHERE tenant_id = @tenant_id AND id = @payment_id AND status = 'pending' AND attempt = @attempt
 		RETURNING ` + paymentColumns + `
 	), started AS (
-		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
-		SELECT tenant_id, id, attempt, provider, @next_key, 1, @now FROM p
+		INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at,
+			routing)
+		SELECT tenant_id, id, attempt, provider, @next_key, 1, @now, @next_routing FROM p
 	), events AS (
 		INSERT INTO payment_events (tenant_id, payment_id, type, operation, forwarded_key, outcome, latency_ms,
 			detail, created_at)
@@ -339,6 +344,7 @@ func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, h
 		args["next"], args["next_key"], args["now"] = next, AttemptKey(p.TenantID, p.IdempotencyKey, p.Attempt+1), now
 		args["provider_ref"] = nullIfEmpty(hold.Ref)
 		args["request_three_ds"] = authRetry
+		args["next_routing"] = &RoutingDecision{Strategy: "failover", Chosen: next, Reason: reason, From: p.Provider}
 		args["started_detail"] = map[string]any{"attempt": p.Attempt + 1, "connector": next,
 			"previous_connector": p.Provider, "reason": reason}
 		rows, _ := tx.Query(ctx, failOverSQL, args)

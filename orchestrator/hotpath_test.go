@@ -68,6 +68,7 @@ var hotPathArgs = map[string]string{
 	"routing_version":           "NULL::integer",
 	"route":                     "ARRAY['fake']",
 	"forwarded_key":             "'po_' || md5" + pgbenchKey + " || md5('pay_' || md5" + pgbenchKey + ")",
+	"routing":                   `'{"strategy": "priority", "chosen": "fake", "explored": false}'::jsonb`,
 	"attempt":                   "1",
 	"on_expiry":                 "'none'",
 	"extended_authorization":    "false",

@@ -22,6 +22,10 @@ const (
 	// picked by weight from the payment id (the same payment always picks
 	// the same one), then to the others in descending weight.
 	StrategyVolumeSplit = "volume_split"
+	// StrategyAuthRate sends each payment first to the connector its
+	// measured authorization rate favours, with a share of exploration,
+	// and orders the rest by the same draw (authrate.go).
+	StrategyAuthRate = "auth_rate"
 )
 
 // Limits on routing rules.
@@ -75,14 +79,19 @@ type RuleMatch struct {
 // ConnectorChoice is the connectors a rule (or the default) sends payments
 // to, and how it orders them.
 type ConnectorChoice struct {
-	// Strategy is StrategyPriority or StrategyVolumeSplit.
+	// Strategy is StrategyPriority, StrategyVolumeSplit or
+	// StrategyAuthRate.
 	Strategy   string              `json:"strategy"`
 	Connectors []WeightedConnector `json:"connectors"`
+	// AuthRate tunes StrategyAuthRate (nil: the defaults); only that
+	// strategy takes it.
+	AuthRate *AuthRateOptions `json:"auth_rate,omitempty"`
 }
 
 // WeightedConnector is a connector of a choice; Weight (1 to 100) is its
 // share of payments under StrategyVolumeSplit, relative to the sum of
-// the choice's weights, and must be absent (0) under StrategyPriority.
+// the choice's weights, and must be absent (0) under StrategyPriority and
+// StrategyAuthRate.
 type WeightedConnector struct {
 	Name   string `json:"name"`
 	Weight int    `json:"weight,omitempty"`
@@ -99,6 +108,9 @@ type RouteInput struct {
 	// (DefaultPaymentMethod when the request named none).
 	PaymentMethod string
 	Metadata      map[string]string
+	// CardBrand is the brand of the payment's vaulted card, "" when the
+	// method is a provider's token (auth_rate's per-brand scores).
+	CardBrand string
 }
 
 // Decide routes a payment: the first rule that matches in wins, else the
@@ -107,13 +119,24 @@ type RouteInput struct {
 // returned as the rules name them; whether each is still configured and
 // enabled is the caller's to check. It reads no database and allocates
 // only the returned slice (BenchmarkRouteDecide).
+//
+// An auth_rate choice is returned in its listed order here: ordering it
+// takes the measured scores, which routeFor has (Service.authRateOrder).
 func (r RoutingRules) Decide(in RouteInput) (rule string, connectors []string) {
+	rule, c := r.Match(in)
+	return rule, c.order(in.PaymentID)
+}
+
+// Match returns the first rule that matches in (its name and its
+// choice), else the default ("" and the default's choice). The choice
+// points into r.
+func (r *RoutingRules) Match(in RouteInput) (rule string, choice *ConnectorChoice) {
 	for i := range r.Rules {
 		if r.Rules[i].Match.matches(&in) {
-			return r.Rules[i].Name, r.Rules[i].Connectors.order(in.PaymentID)
+			return r.Rules[i].Name, &r.Rules[i].Connectors
 		}
 	}
-	return "", r.Default.order(in.PaymentID)
+	return "", &r.Default
 }
 
 // matches reports whether the payment in satisfies every field of m.
@@ -267,8 +290,17 @@ func (m *RuleMatch) validate(at string) error {
 
 // validate checks a connector choice; at is its path.
 func (c *ConnectorChoice) validate(at string, known func(string) error) error {
-	if c.Strategy != StrategyPriority && c.Strategy != StrategyVolumeSplit {
-		return ParamError(at+".strategy", "strategy must be %s or %s", StrategyPriority, StrategyVolumeSplit)
+	if c.Strategy != StrategyPriority && c.Strategy != StrategyVolumeSplit && c.Strategy != StrategyAuthRate {
+		return ParamError(at+".strategy", "strategy must be %s, %s or %s", StrategyPriority, StrategyVolumeSplit,
+			StrategyAuthRate)
+	}
+	if c.AuthRate != nil {
+		if c.Strategy != StrategyAuthRate {
+			return ParamError(at+".auth_rate", "auth_rate options apply to the %s strategy only", StrategyAuthRate)
+		}
+		if err := c.AuthRate.validate(at + ".auth_rate"); err != nil {
+			return err
+		}
 	}
 	if len(c.Connectors) < 1 || len(c.Connectors) > MaxRuleConnectors {
 		return ParamError(at+".connectors", "list 1 to %d connectors", MaxRuleConnectors)
@@ -293,8 +325,8 @@ func (c *ConnectorChoice) validate(at string, known func(string) error) error {
 		switch {
 		case c.Strategy == StrategyVolumeSplit && (wc.Weight < 1 || wc.Weight > MaxConnectorWeight):
 			return ParamError(cat+".weight", "a volume_split connector needs a weight from 1 to %d", MaxConnectorWeight)
-		case c.Strategy == StrategyPriority && wc.Weight != 0:
-			return ParamError(cat+".weight", "a priority connector has no weight: the list's order is its priority")
+		case c.Strategy != StrategyVolumeSplit && wc.Weight != 0:
+			return ParamError(cat+".weight", "a %s connector has no weight", c.Strategy)
 		}
 	}
 	return nil

@@ -69,6 +69,12 @@ func TestRoutingRulesValidate(t *testing.T) {
 	if err := validRules().Validate(routingKnown); err != nil {
 		t.Fatalf("valid rules refused: %v", err)
 	}
+	withAuthRate := validRules()
+	withAuthRate.Default = authRate(&orchestrator.AuthRateOptions{ExplorationPercent: intp(0), EliminationGapPercent: 100,
+		EliminationCooldownSeconds: 10}, "fake_a", "fake_c")
+	if err := withAuthRate.Validate(routingKnown); err != nil {
+		t.Fatalf("valid auth_rate rules refused: %v", err)
+	}
 	manyKeys := map[string]string{}
 	for i := range 51 {
 		manyKeys[fmt.Sprint("k", i)] = "v"
@@ -128,6 +134,28 @@ func TestRoutingRulesValidate(t *testing.T) {
 			"rules[1].connectors.connectors[1].weight", ""},
 		{"PriorityWithWeight", func(r *orchestrator.RoutingRules) { r.Rules[0].Connectors.Connectors[1].Weight = 10 },
 			"rules[0].connectors.connectors[1].weight", ""},
+		{"AuthRateWithWeight", func(r *orchestrator.RoutingRules) {
+			r.Default = authRate(nil, "fake_a", "fake_c")
+			r.Default.Connectors[0].Weight = 10
+		}, "default.connectors[0].weight", "auth_rate"},
+		{"AuthRateOptionsOnPriority", func(r *orchestrator.RoutingRules) {
+			r.Rules[0].Connectors.AuthRate = &orchestrator.AuthRateOptions{}
+		}, "rules[0].connectors.auth_rate", "auth_rate strategy only"},
+		{"ExplorationNegative", func(r *orchestrator.RoutingRules) {
+			r.Default = authRate(&orchestrator.AuthRateOptions{ExplorationPercent: intp(-1)}, "fake_a")
+		}, "default.auth_rate.exploration_percent", ""},
+		{"ExplorationOver50", func(r *orchestrator.RoutingRules) {
+			r.Default = authRate(&orchestrator.AuthRateOptions{ExplorationPercent: intp(51)}, "fake_a")
+		}, "default.auth_rate.exploration_percent", ""},
+		{"EliminationGapOver100", func(r *orchestrator.RoutingRules) {
+			r.Default = authRate(&orchestrator.AuthRateOptions{EliminationGapPercent: 101}, "fake_a")
+		}, "default.auth_rate.elimination_gap_percent", ""},
+		{"EliminationCooldownShort", func(r *orchestrator.RoutingRules) {
+			r.Default = authRate(&orchestrator.AuthRateOptions{EliminationCooldownSeconds: 9}, "fake_a")
+		}, "default.auth_rate.elimination_cooldown_seconds", ""},
+		{"EliminationCooldownLong", func(r *orchestrator.RoutingRules) {
+			r.Default = authRate(&orchestrator.AuthRateOptions{EliminationCooldownSeconds: 86401}, "fake_a")
+		}, "default.auth_rate.elimination_cooldown_seconds", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := validRules()
@@ -140,6 +168,15 @@ func TestRoutingRulesValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func intp(n int) *int { return &n }
+
+// authRate is an auth_rate choice of names with opts.
+func authRate(opts *orchestrator.AuthRateOptions, names ...string) orchestrator.ConnectorChoice {
+	c := priority(names...)
+	c.Strategy, c.AuthRate = orchestrator.StrategyAuthRate, opts
+	return c
 }
 
 func paramOf(err error) string {

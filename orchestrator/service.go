@@ -54,6 +54,9 @@ type Config struct {
 	MaxAttempts int
 	// Breaker tunes the connectors' health breakers (breaker.go).
 	Breaker BreakerConfig
+	// AuthRate tunes how the auth_rate strategy measures the connectors
+	// (authrate.go).
+	AuthRate AuthRateConfig
 	// HoldExpiringLead is how long before a hold's deadline the sweeper
 	// sends payment.hold_expiring; 0 means DefaultHoldExpiringLead.
 	HoldExpiringLead time.Duration
@@ -102,6 +105,7 @@ type Service struct {
 	connectors       map[string]ConnectorOptions
 	maxAttempts      int
 	breakers         map[string]*breaker
+	authRates        *authRates
 	holdExpiringLead time.Duration
 	holdActionLead   time.Duration
 	actionTimeout    time.Duration
@@ -156,6 +160,7 @@ func NewService(cfg Config) *Service {
 	if s.holdActionLead <= 0 {
 		s.holdActionLead = DefaultHoldActionLead
 	}
+	s.authRates = newAuthRates(cfg.AuthRate)
 	s.breakers = make(map[string]*breaker, len(s.providers))
 	for name := range s.providers {
 		s.breakers[name] = newBreaker(cfg.Breaker.withDefaults())

@@ -260,6 +260,8 @@ func backgroundJobs(cfg config, svc *orchestrator.Service, hooks *webhooks.Servi
 	if cfg.WebhookInterval > 0 {
 		jobs = append(jobs, hooks.WebhookJob(cfg.WebhookInterval))
 	}
+	// Reads the scores of auth_rate routing while some rule uses it.
+	jobs = append(jobs, svc.AuthRatesJob())
 	jobs = append(jobs, svc.HistoryJob(orchestrator.HistoryRetention{Payments: cfg.HistoryRetentionMonths,
 		Events: cfg.EventsRetentionMonths}))
 	if cfg.HoldSweepInterval > 0 {

@@ -1,10 +1,15 @@
 package fake
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"sync"
 	"time"
+
+	"github.com/payorch/payorch/providers"
 )
 
 // FaultKind names what a Fault does to a call.
@@ -31,6 +36,16 @@ const (
 	// unchanged, the answer stored under the key and the operation logged
 	// with outcome card_declined.
 	FaultDecline FaultKind = "decline"
+	// FaultDeclineRate, on the authorize operation (confirmation) only,
+	// declines a share of the holds the card would have let through, as
+	// the issuer would: Probability is the share, DeclineCode the decline
+	// (default card_declined, a hard decline; a soft one such as
+	// processing_error lets payorch fail over). Whether a hold is declined
+	// is decided by its payment (DeclineRateFires on Seed and the
+	// payment_id metadata the client sends), not by chance: the same
+	// payments are declined on every run. Count, if set, counts the
+	// confirmations it applies to.
+	FaultDeclineRate FaultKind = "decline_rate"
 )
 
 // Fault arms a fault for calls of one operation. With Count N > 0 it fires
@@ -45,7 +60,8 @@ type Fault struct {
 	// balance_transactions or payouts.
 	Operation Op `json:"operation"`
 	// Kind is the fault: latency, error_before_execute,
-	// timeout_after_execute or (increment only) decline.
+	// timeout_after_execute, (increment only) decline or (authorize only)
+	// decline_rate.
 	Kind FaultKind `json:"fault"`
 	// Count is how many calls it fires on; 0 means until cleared.
 	Count int `json:"count,omitempty"`
@@ -61,7 +77,26 @@ type Fault struct {
 	// IdempotencyKey, when set, restricts the fault to writes carrying this
 	// key, so parallel tests do not trip each other's faults.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// DeclineCode is decline_rate's decline code (default card_declined).
+	DeclineCode string `json:"decline_code,omitempty"`
+	// Seed picks which payments decline_rate declines: another seed,
+	// other payments (two fakes with the same rate and seed decline the
+	// same payments).
+	Seed int64 `json:"seed,omitempty"`
 }
+
+// DeclineRateFires reports whether a decline_rate fault of probability p
+// and seed declines the payment paymentID: a SHA-256 of the seed and the
+// id, read as a number in [0, 1), below p.
+func DeclineRateFires(seed int64, paymentID string, p float64) bool {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(seed))
+	h := sha256.Sum256(append(b[:], paymentID...))
+	return float64(binary.BigEndian.Uint64(h[:8])>>11)/(1<<53) < p
+}
+
+// declineCodeRE is the shape of a decline_rate's decline code.
+var declineCodeRE = regexp.MustCompile(`^[a-z][a-z_]{0,63}$`)
 
 // validate checks f and defaults Status.
 func (f *Fault) validate() *apiError {
@@ -87,8 +122,15 @@ func (f *Fault) validate() *apiError {
 		if f.Operation != OpIncrement {
 			return invalid("fault", "a decline fault applies to the increment operation only")
 		}
+	case FaultDeclineRate:
+		if e := f.validateDeclineRate(); e != nil {
+			return e
+		}
 	default:
-		return invalid("fault", "fault must be latency, error_before_execute, timeout_after_execute or decline, got %q", f.Kind)
+		return invalid("fault", "fault must be latency, error_before_execute, timeout_after_execute, decline or decline_rate, got %q", f.Kind)
+	}
+	if f.Kind != FaultDeclineRate && (f.DeclineCode != "" || f.Seed != 0) {
+		return invalid("decline_code", "decline_code and seed apply to decline_rate only")
 	}
 	if f.Status != 0 && f.Kind != FaultErrorBeforeExecute {
 		return invalid("status", "status applies to error_before_execute only")
@@ -109,6 +151,23 @@ func (f *Fault) validate() *apiError {
 	return nil
 }
 
+// validateDeclineRate checks a decline_rate fault and defaults its code.
+func (f *Fault) validateDeclineRate() *apiError {
+	if f.Operation != OpAuthorize {
+		return invalid("fault", "a decline_rate fault applies to the authorize operation only")
+	}
+	if f.Probability <= 0 || f.Probability > 1 {
+		return invalid("probability", "a decline_rate fault needs a probability within (0, 1]: the share declined")
+	}
+	if f.DeclineCode == "" {
+		f.DeclineCode = providers.CodeCardDeclined
+	}
+	if !declineCodeRE.MatchString(f.DeclineCode) {
+		return invalid("decline_code", "decline_code must be 1 to 64 lower-case letters and underscores")
+	}
+	return nil
+}
+
 // faultPlan is what the armed faults do to one call.
 type faultPlan struct {
 	latency   time.Duration
@@ -116,6 +175,17 @@ type faultPlan struct {
 	timeout   bool
 	// decline: an increment is declined (FaultDecline).
 	decline bool
+	// declineRate is the first armed decline_rate fault, nil when none.
+	declineRate *Fault
+}
+
+// declines reports whether the plan's decline_rate declines the payment
+// paymentID, and with which code.
+func (p faultPlan) declines(paymentID string) (string, bool) {
+	if p.declineRate == nil || !DeclineRateFires(p.declineRate.Seed, paymentID, p.declineRate.Probability) {
+		return "", false
+	}
+	return p.declineRate.DeclineCode, true
 }
 
 // armed holds armed faults of one kind (the API's, the webhooks'), in the
@@ -206,8 +276,11 @@ func (fs *faultSet) take(op Op, key string) faultPlan {
 		case !fire:
 		case r.Kind == FaultErrorBeforeExecute && p.errStatus != 0,
 			r.Kind == FaultTimeoutAfterExecute && p.timeout,
-			r.Kind == FaultDecline && p.decline:
+			r.Kind == FaultDecline && p.decline,
+			r.Kind == FaultDeclineRate && p.declineRate != nil:
 			fire = false
+		case r.Kind == FaultDeclineRate:
+			// Its probability is the share declined, decided per payment.
 		case r.Probability > 0 && rand.Float64() >= r.Probability:
 			fire = false
 		}
@@ -220,12 +293,14 @@ func (fs *faultSet) take(op Op, key string) faultPlan {
 				p.timeout = true
 			case FaultDecline:
 				p.decline = true
+			case FaultDeclineRate:
+				p.declineRate = &r
 			}
 		}
 		return fire, true
 	})
 	if p.errStatus != 0 {
-		p.timeout, p.decline = false, false
+		p.timeout, p.decline, p.declineRate = false, false, nil
 	}
 	return p
 }

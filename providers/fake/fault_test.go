@@ -2,6 +2,7 @@ package fake_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -160,6 +161,48 @@ func TestProbabilityFaultFiresSometimes(t *testing.T) {
 	}
 }
 
+// TestDeclineRateDeclinesTheSamePayments: a decline_rate fault declines
+// about its share of authorizations, exactly those DeclineRateFires
+// names (so a run repeats), with its code; the other payments are
+// authorized, and clearing it ends the declines.
+func TestDeclineRateDeclinesTheSamePayments(t *testing.T) {
+	t.Parallel()
+	_, c := start(t, fake.Config{})
+	inject(t, c, fake.Fault{Operation: fake.OpAuthorize, Kind: fake.FaultDeclineRate, Probability: 0.3, Seed: 42,
+		DeclineCode: "processing_error"})
+	const calls = 200
+	declined := 0
+	for i := range calls {
+		req := authReq(t, 1000)
+		req.PaymentID = fmt.Sprintf("pay_decline_rate_%d", i)
+		_, err := c.Authorize(t.Context(), req)
+		want := fake.DeclineRateFires(42, req.PaymentID, 0.3)
+		if want {
+			wantKind(t, err, providers.KindDeclined, "processing_error")
+			declined++
+		} else if err != nil {
+			t.Fatalf("payment %s: %v, want it authorized", req.PaymentID, err)
+		}
+	}
+	// P(outside [30, 90]) for Binomial(200, 0.3) is below 1e-5; the ids
+	// are fixed, so this either always holds or never.
+	if declined < 30 || declined > 90 {
+		t.Errorf("%d of %d declined at rate 0.3", declined, calls)
+	}
+	if fake.DeclineRateFires(42, "pay_x", 0.3) == fake.DeclineRateFires(43, "pay_x", 0.3) &&
+		fake.DeclineRateFires(42, "pay_y", 0.3) == fake.DeclineRateFires(43, "pay_y", 0.3) &&
+		fake.DeclineRateFires(42, "pay_z", 0.3) == fake.DeclineRateFires(43, "pay_z", 0.3) &&
+		fake.DeclineRateFires(42, "pay_w", 0.3) == fake.DeclineRateFires(43, "pay_w", 0.3) {
+		t.Error("seeds 42 and 43 decline the same four payments: the seed is not used")
+	}
+	if err := c.ClearFaults(t.Context()); err != nil {
+		t.Fatalf("ClearFaults: %v", err)
+	}
+	for range 20 {
+		authorize(t, c, 1000)
+	}
+}
+
 func TestKeyedFaultSparesOtherKeys(t *testing.T) {
 	t.Parallel()
 	_, c := start(t, fake.Config{})
@@ -190,6 +233,10 @@ func TestInvalidFaultIsRejected(t *testing.T) {
 		"StatusNotAllowed":   {Operation: fake.OpCapture, Kind: fake.FaultErrorBeforeExecute, Status: 404},
 		"StatusOnTimeout":    {Operation: fake.OpCapture, Kind: fake.FaultTimeoutAfterExecute, Status: 503},
 		"KeyOnLookup":        {Operation: fake.OpLookup, Kind: fake.FaultTimeoutAfterExecute, IdempotencyKey: "k"},
+		"DeclineRateNoRate":  {Operation: fake.OpAuthorize, Kind: fake.FaultDeclineRate},
+		"DeclineRateCapture": {Operation: fake.OpCapture, Kind: fake.FaultDeclineRate, Probability: 0.5},
+		"DeclineRateCode":    {Operation: fake.OpAuthorize, Kind: fake.FaultDeclineRate, Probability: 0.5, DeclineCode: "Bad Code"},
+		"SeedOnLatency":      {Operation: fake.OpCapture, Kind: fake.FaultLatency, LatencyMS: 1, Seed: 3},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -326,7 +326,9 @@ func (p *confirmParams) validate() *apiError { return checkReturnURL(p.ReturnURL
 func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
 	var p confirmParams
 	ref, key, base := r.PathValue("ref"), r.Header.Get("Idempotency-Key"), s.publicBase(r)
-	s.serveWrite(w, r, OpAuthorize, &p, func(now time.Time) outcome { return s.confirm(now, ref, key, base, &p) })
+	s.serveKeyed(w, r, OpAuthorize, &p, func(now time.Time, plan faultPlan) outcome {
+		return s.confirm(now, ref, key, base, &p, plan)
+	})
 }
 
 func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
@@ -394,7 +396,7 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 // when the issuer asks for the cardholder's authentication, makes it wait
 // for the challenge at a page of the fake (base is its base URL, key the
 // confirmation's idempotency key). Called with s.mu held.
-func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams) outcome {
+func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams, plan faultPlan) outcome {
 	h := s.holds[ref]
 	op := Operation{Ref: ref}
 	if h == nil {
@@ -411,6 +413,15 @@ func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams)
 	code := paymentMethods[h.paymentMethod]
 	if h.card != nil {
 		code = h.cardDecline
+	}
+	if code == "" {
+		// An armed decline_rate declines some of what the card lets
+		// through; by payment, so that a run can be repeated.
+		id := h.metadata[metaPaymentID]
+		if id == "" {
+			id = ref
+		}
+		code, _ = plan.declines(id)
 	}
 	challenge := false
 	if code == "" {

@@ -72,8 +72,9 @@ WITH p AS (
 	card, return_url, next_action_url, action_expires_at, request_three_ds, incremental_authorization, multicapture,
 	overcapture, max_capturable_minor, max_amount_minor, request_hash, field_hashes
 ), attempt AS (
-	INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at)
-	SELECT tenant_id, id, 1, provider, ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))), 1, (now()) FROM p
+	INSERT INTO payment_attempts (tenant_id, payment_id, attempt, connector, forwarded_key, dispatched, started_at,
+		routing)
+	SELECT tenant_id, id, 1, provider, ('po_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text) || md5('pay_' || md5('pgb-' || :run::text || '-' || :client_id::text || '-' || :r::text))), 1, (now()), ('{"strategy": "priority", "chosen": "fake", "explored": false}'::jsonb) FROM p
 ), event AS (
 	INSERT INTO payment_events (tenant_id, payment_id, type, from_status, to_status, detail, created_at)
 	SELECT tenant_id, id, 'state_changed', NULL, 'pending', jsonb_build_object('idempotency_key', idempotency_key), (now())
