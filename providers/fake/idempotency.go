@@ -143,9 +143,15 @@ func (s *Server) serveKeyed(w http.ResponseWriter, r *http.Request, op Op, p par
 	rec.Operation = op
 	rec.IdempotencyKey = key
 	rec.At = now
+	if h := s.holds[rec.Ref]; h != nil {
+		// The answer is of h: the key is packed with it (compact.go).
+		// Its reference replaces the path's, which would keep the
+		// whole request line alive.
+		rec.Ref = h.ref
+		h.keys = append(h.keys, scope)
+	}
 	if op != OpCreate { // creating moves no money: the log is of what does
-		rec.Seq = int64(len(s.ops) + 1)
-		s.ops = append(s.ops, rec)
+		rec = s.logOpLocked(rec)
 	}
 	s.emitForLocked(op, key, rec)
 	status, body := entry.status, entry.body
@@ -188,6 +194,10 @@ func (s *Server) claimKey(scope string, fp [32]byte) (entry *keyEntry, found boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	entry, found = s.keys[scope]
+	if !found {
+		entry = s.coldKeyLocked(scope)
+		found = entry != nil
+	}
 	switch {
 	case !found:
 		entry = &keyEntry{fingerprint: fp}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"mime"
@@ -38,13 +39,21 @@ type Server struct {
 	hooks *webhookSender
 
 	// mu guards everything below.
-	mu      sync.Mutex
-	holds   map[string]*hold
-	order   []*hold // insertion order, for the report
-	refunds map[string]*refund
-	keys    map[string]*keyEntry // by scope(pattern, key)
-	ops     []Operation
-	drifts  []Drift
+	mu sync.Mutex
+	// holds are the live holds; order every hold, live or packed, in
+	// insertion order, for the report (compact.go).
+	holds map[string]*hold
+	order []holdSlot
+	keys  map[string]*keyEntry // by scope(pattern, key)
+	// The packed holds by reference and by their keys' scopes, the
+	// codec of their records (compact.go).
+	coldRefs, coldKeys coldIndex
+	codec              coldCodec
+	// ops is the operations log after the opsPacked packed in opChunks.
+	ops       []Operation
+	opChunks  [][]byte
+	opsPacked int64
+	drifts    []Drift
 	// The money (money.go): every balance transaction in booking order,
 	// those not yet paid out, the payouts made, the last day whose
 	// payouts were made, and the drifts of their listings.
@@ -80,9 +89,10 @@ func newServer(cfg Config) (*Server, error) {
 		pages:   http.NewServeMux(),
 		done:    make(chan struct{}),
 		holds:   make(map[string]*hold),
-		refunds: make(map[string]*refund),
 		keys:    make(map[string]*keyEntry),
 	}
+	seed := maphash.MakeSeed()
+	s.coldRefs, s.coldKeys = newColdIndex(seed), newColdIndex(seed)
 	s.tokenHash = sha256.Sum256([]byte(cfg.Token))
 	s.cardKey = cardKey(cfg.Token)
 	s.routes()
@@ -92,6 +102,7 @@ func newServer(cfg Config) (*Server, error) {
 		}
 	}
 	s.startWebhooks()
+	go s.compactLoop()
 	return s, nil
 }
 
