@@ -83,13 +83,13 @@ func newServer(cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		mux:     http.NewServeMux(),
-		pages:   http.NewServeMux(),
-		done:    make(chan struct{}),
-		holds:   make(map[string]*hold),
-		keys:    make(map[string]*keyEntry),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		mux:   http.NewServeMux(),
+		pages: http.NewServeMux(),
+		done:  make(chan struct{}),
+		holds: make(map[string]*hold),
+		keys:  make(map[string]*keyEntry),
 	}
 	seed := maphash.MakeSeed()
 	s.coldRefs, s.coldKeys = newColdIndex(seed), newColdIndex(seed)
