@@ -4,12 +4,44 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/payorch/payorch/internal/testkit"
 )
+
+// serve has s answer a request with token "t".
+func serve(s *Server, method, path, key, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer t")
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, req)
+	return w
+}
+
+// TestKeysArePackedWithTheirHoldAfterARestart: the state file says which
+// hold each key answered for, so a restarted fake packs the keys too.
+func TestKeysArePackedWithTheirHoldAfterARestart(t *testing.T) {
+	clk := testkit.NewClock(time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC))
+	cfg := Config{Token: "t", Clock: clk.Now, StateFile: filepath.Join(t.TempDir(), "state.json"), HoldRetention: time.Hour, CompactEvery: time.Hour}
+	s1 := NewServer(cfg)
+	w := serve(s1, http.MethodPost, "/v1/holds", "k", `{"amount_minor":100,"currency":"EUR"}`)
+	ref := string(w.Body.Bytes()[bytes.Index(w.Body.Bytes(), []byte(`"ref":"`))+7:][:27])
+	serve(s1, http.MethodPost, "/v1/holds/"+ref+"/cancel", "k", "") // state_conflict, stored
+	s1.Close()
+	s2 := NewServer(cfg)
+	defer s2.Close()
+	clk.Add(2 * time.Hour)
+	if n := s2.Compact(); n != 1 || len(s2.keys) != 0 {
+		t.Fatalf("Compact after a restart packed %d holds and left %d keys, want 1 and none", n, len(s2.keys))
+	}
+}
 
 // TestColdIndexTellsCollidingStringsApart packs holds with every hash the
 // same, so each reference and scope collides with the others: lookups and
@@ -21,17 +53,7 @@ func TestColdIndexTellsCollidingStringsApart(t *testing.T) {
 	defer s.Close()
 	s.coldRefs.hash = func(string) uint64 { return 7 }
 	s.coldKeys.hash = func(string) uint64 { return 7 }
-	call := func(method, path, key, body string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer t")
-		req.Header.Set("Content-Type", "application/json")
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		w := httptest.NewRecorder()
-		s.ServeHTTP(w, req)
-		return w
-	}
+	call := func(method, path, key, body string) *httptest.ResponseRecorder { return serve(s, method, path, key, body) }
 	type first struct{ path, key, body string }
 	var writes []first
 	answers := map[first][]byte{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -263,4 +264,55 @@ func TestCompactionUnderConcurrentRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestPackedHoldsSurviveARestart: the state file holds packed holds in
+// full, with their keys' answers and the hold each answered for, so after
+// a restart they answer the same and are packed again.
+func TestPackedHoldsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)
+	clk := testkit.NewClock(t0)
+	cfg := fake.Config{Clock: clk.Now, StateFile: filepath.Join(t.TempDir(), "state.json"), HoldRetention: time.Hour, CompactEvery: time.Hour}
+	r1, _ := start(t, cfg)
+	w := &writer{t: t, base: r1.URL()}
+	var refs []string
+	for _, amount := range []string{"100", "200"} {
+		ref := w.hold(`{"amount_minor":`+amount+`,"currency":"EUR"}`, http.StatusOK)
+		w.post("/v1/holds/"+ref+"/capture", "", "", http.StatusOK)
+		w.post("/v1/holds/"+ref+"/refunds", "", `{"amount_minor":10}`, http.StatusOK)
+		refs = append(refs, ref)
+	}
+	clk.Add(2 * time.Hour)
+	// The window leaves out the hold created below.
+	from, to := t0.Add(-time.Hour), t0.Add(time.Hour)
+	before := readAll(t, r1.URL(), refs, from, to)
+	if n := r1.Server().Compact(); n != 2 {
+		t.Fatalf("Compact packed %d, want 2", n)
+	}
+	// A write rewrites the state file with the holds packed.
+	w.post("/v1/holds", "", `{"amount_minor":300,"currency":"EUR"}`, http.StatusOK)
+	shutdown(t, r1)
+
+	r2, _ := start(t, cfg)
+	check := func(when string) {
+		t.Helper()
+		for p, want := range readAll(t, r2.URL(), refs, from, to) {
+			if !bytes.Equal(want.body, before[p].body) {
+				t.Errorf("GET %s %s:\n%s\nwant\n%s", p, when, want.body, before[p].body)
+			}
+		}
+		for _, wr := range w.writes {
+			got := do(t, http.MethodPost, r2.URL()+wr.path, map[string]string{"Idempotency-Key": wr.key}, wr.body)
+			if got.status != wr.first.status || !bytes.Equal(got.body, wr.first.body) {
+				t.Errorf("POST %s replayed %s: %d %s, want %d %s", wr.path, when, got.status, got.body, wr.first.status, wr.first.body)
+			}
+		}
+	}
+	check("after the restart")
+	clk.Add(2 * time.Hour)
+	if n := r2.Server().Compact(); n != 3 {
+		t.Fatalf("Compact after the restart packed %d, want 3", n)
+	}
+	check("packed again after the restart")
 }
