@@ -30,9 +30,9 @@ import (
 // operations log is packed likewise, by chunks of opsChunk. The
 // balance transactions and payouts are kept as they are (money.go).
 
-// compactBatch bounds how many holds one hold of the state lock packs,
-// so requests wait at most for one batch (a few milliseconds).
-const compactBatch = 64
+// compactBatch is how many holds compaction takes, then installs, per
+// hold of the state lock: a few microseconds each.
+const compactBatch = 256
 
 // opsChunk is how many operations are packed together.
 const opsChunk = 1024
@@ -412,23 +412,34 @@ func (s *Server) thawLocked(i int, rec *coldRecord) *hold {
 	return h
 }
 
-// packLocked packs the live hold of slot i with its refunds and keys.
-// Called with s.mu held.
-func (s *Server) packLocked(i int) {
-	h := s.order[i].live
-	rec := coldRecord{Hold: h.state()}
+// packRecordLocked is what packing h keeps of it. The record shares the
+// hold's slices, which only ever grow (appends never rewrite what it
+// reads), so it can be encoded after the lock is released. Called with
+// s.mu held.
+func (s *Server) packRecordLocked(h *hold) *coldRecord {
+	rec := &coldRecord{Hold: h.state()}
 	for _, rf := range h.refunds {
 		rec.Refunds = append(rec.Refunds, rf.state())
 	}
 	for _, scope := range h.keys {
 		if e := s.keys[scope]; e != nil && e.done {
 			rec.Keys = append(rec.Keys, e.state(scope, h.ref))
-			delete(s.keys, scope)
-			s.coldKeys.put(scope, uint32(i))
 		}
 	}
+	return rec
+}
+
+// installLocked replaces the live hold of slot i by its packed record,
+// blob, and moves its keys to the index of the packed ones. Called with
+// s.mu held.
+func (s *Server) installLocked(i int, blob []byte) {
+	h := s.order[i].live
+	for _, scope := range h.keys {
+		delete(s.keys, scope)
+		s.coldKeys.put(scope, uint32(i))
+	}
 	first, last := h.span()
-	s.order[i] = holdSlot{cold: coldHold{first: first, last: last, blob: s.codec.pack(&rec)}}
+	s.order[i] = holdSlot{cold: coldHold{first: first, last: last, blob: blob}}
 	delete(s.holds, h.ref)
 	s.coldRefs.put(h.ref, uint32(i))
 }
@@ -440,11 +451,27 @@ func (s *Server) compactable(h *hold) bool {
 	return s.hooks == nil || h.status != providers.StatusAuthorized || h.expiryNotified
 }
 
+// version tells whether a hold changed: every change of its fields is
+// touched (hold.touch), and the rest, the keys answered for it and its
+// hold.expired announced, only grow.
+type version struct {
+	touched, keys int
+	notified      bool
+}
+
+func (h *hold) version() version {
+	return version{touched: len(h.touched), keys: len(h.keys), notified: h.expiryNotified}
+}
+
 // candidate is a live hold compaction may pack.
 type candidate struct {
 	slot    int
 	h       *hold
 	changed time.Time
+	// Set when its record is taken.
+	rec  *coldRecord
+	seen version
+	blob []byte
 }
 
 // candidatesLocked are the holds to pack at now, those changed longest
@@ -470,23 +497,36 @@ func (s *Server) candidatesLocked(now time.Time) []candidate {
 // Compact packs, now, the holds past Config.HoldRetention or beyond
 // Config.MaxLiveHolds, and the operations log likewise, as the server
 // does every Config.CompactEvery; it returns how many holds it packed.
-// Nothing it does changes an answer. It holds the state lock for
-// compactBatch holds at a time.
+// Nothing it does changes an answer. Records are taken and installed
+// under the state lock, compactBatch at a time, and compressed without
+// it, so requests hardly wait; a hold that changed in between is left
+// for the next time.
 func (s *Server) Compact() int {
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
 	s.mu.Lock()
 	cands := s.candidatesLocked(s.now())
 	s.mu.Unlock()
 	n := 0
 	for batch := range slices.Chunk(cands, compactBatch) {
 		s.mu.Lock()
-		for _, c := range batch {
-			// Changed or unpacked since it was chosen: left for the
-			// next time.
-			if s.order[c.slot].live != c.h || !c.h.lastChange().Equal(c.changed) || !s.compactable(c.h) {
-				continue
+		for i := range batch {
+			if c := &batch[i]; s.order[c.slot].live == c.h && c.h.lastChange().Equal(c.changed) && s.compactable(c.h) {
+				c.rec, c.seen = s.packRecordLocked(c.h), c.h.version()
 			}
-			s.packLocked(c.slot)
-			n++
+		}
+		s.mu.Unlock()
+		for i := range batch {
+			if c := &batch[i]; c.rec != nil {
+				c.blob = s.packer.pack(c.rec)
+			}
+		}
+		s.mu.Lock()
+		for _, c := range batch {
+			if c.rec != nil && s.order[c.slot].live == c.h && c.h.version() == c.seen {
+				s.installLocked(c.slot, c.blob)
+				n++
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -534,11 +574,11 @@ func (s *Server) logOpLocked(op Operation) Operation {
 
 // packOpsLocked packs the oldest operations by chunks of opsChunk, while
 // a whole chunk is Config.HoldRetention old or more than
-// Config.MaxLiveHolds would stay. Called with s.mu held.
+// Config.MaxLiveHolds would stay. Called with s.mu and s.compactMu held.
 func (s *Server) packOpsLocked(now time.Time) {
 	cutoff := now.Add(-s.cfg.HoldRetention)
 	for len(s.ops) >= opsChunk && (len(s.ops)-opsChunk >= s.cfg.MaxLiveHolds || !s.ops[opsChunk-1].At.After(cutoff)) {
-		s.opChunks = append(s.opChunks, s.codec.encode(s.ops[:opsChunk]))
+		s.opChunks = append(s.opChunks, s.packer.encode(s.ops[:opsChunk]))
 		// Moved down, not resliced, so the packed ones' strings go.
 		n := copy(s.ops, s.ops[opsChunk:])
 		clear(s.ops[n:])

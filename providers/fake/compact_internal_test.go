@@ -53,7 +53,9 @@ func TestColdIndexTellsCollidingStringsApart(t *testing.T) {
 	defer s.Close()
 	s.coldRefs.hash = func(string) uint64 { return 7 }
 	s.coldKeys.hash = func(string) uint64 { return 7 }
-	call := func(method, path, key, body string) *httptest.ResponseRecorder { return serve(s, method, path, key, body) }
+	call := func(method, path, key, body string) *httptest.ResponseRecorder {
+		return serve(s, method, path, key, body)
+	}
 	type first struct{ path, key, body string }
 	var writes []first
 	answers := map[first][]byte{}

@@ -103,7 +103,9 @@ func (h *hold) lapsed(now time.Time) bool {
 	return h.status == providers.StatusAuthorized && !h.captureBefore.IsZero() && !now.Before(h.captureBefore)
 }
 
-// touch records a change at now.
+// touch records a change at now. Every change of a hold's fields is
+// touched: compaction counts on it to tell a hold that changed while it
+// was being packed (compact.go).
 func (h *hold) touch(now time.Time) {
 	h.updated = now
 	h.touched = append(h.touched, now)

@@ -38,6 +38,11 @@ type Server struct {
 	// hooks sends webhooks; nil when Config.WebhookURL is empty.
 	hooks *webhookSender
 
+	// compactMu makes one Compact run at a time; packer is its codec,
+	// used without mu (compact.go).
+	compactMu sync.Mutex
+	packer    coldCodec
+
 	// mu guards everything below.
 	mu sync.Mutex
 	// holds are the live holds; order every hold, live or packed, in
@@ -45,8 +50,8 @@ type Server struct {
 	holds map[string]*hold
 	order []holdSlot
 	keys  map[string]*keyEntry // by scope(pattern, key)
-	// The packed holds by reference and by their keys' scopes, the
-	// codec of their records (compact.go).
+	// The packed holds by reference and by their keys' scopes, and the
+	// codec that reads them (compact.go).
 	coldRefs, coldKeys coldIndex
 	codec              coldCodec
 	// ops is the operations log after the opsPacked packed in opChunks.
