@@ -45,6 +45,7 @@ Usage:
   payorch resolve [--min-age D] [--limit N]        one resolver pass over pending payments
   payorch vault rotate [--batch N]                 re-wrap every card's data key under the newest PAYORCH_VAULT_KEYS version
   payorch fakeprovider [--listen ADDR] [--admin-token T] [--hold-lifetime D] [--state FILE]
+                       [--hold-retention D] [--max-live-holds N]
                                                    run the fake provider standalone
   payorch version
 

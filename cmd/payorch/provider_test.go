@@ -182,6 +182,10 @@ func TestFakeProviderCommandNeedsAToken(t *testing.T) {
 	if err := refused(t, nil, "fakeprovider", "--listen", "127.0.0.1:0"); !strings.Contains(err.Error(), "PAYORCH_FAKE_TOKEN") {
 		t.Fatalf("fakeprovider without a token: %v, want an error naming PAYORCH_FAKE_TOKEN", err)
 	}
+	// The compaction flags reach the fake's Config.
+	if err := refused(t, nil, "fakeprovider", "--listen", "127.0.0.1:0", "--admin-token", "x", "--max-live-holds", "-1"); !strings.Contains(err.Error(), "MaxLiveHolds") {
+		t.Fatalf("fakeprovider --max-live-holds -1: %v, want an error naming MaxLiveHolds", err)
+	}
 	for name, env := range map[string]map[string]string{
 		"Environment": {"PAYORCH_FAKE_TOKEN": "standalone-secret"},
 		"Flag":        {},

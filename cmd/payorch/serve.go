@@ -381,6 +381,8 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 	webhookSecret := fs.String("webhook-secret", cfg.FakeWebhookSecret,
 		"secret the webhooks are signed with (default PAYORCH_FAKE_WEBHOOK_SECRET; payorch verifies with the connector's _WEBHOOK_SECRET)")
 	publicURL := fs.String("public-url", "", "base URL shoppers' browsers reach it at, for 3-D Secure challenge pages (default: the address payorch calls it by)")
+	holdRetention := fs.Duration("hold-retention", fake.DefaultHoldRetention, "how long a hold stays as it is after its last change before it is compacted (its answers unchanged)")
+	maxLiveHolds := fs.Int("max-live-holds", fake.DefaultMaxLiveHolds, "at most this many holds stay uncompacted; beyond, those changed longest ago are compacted sooner")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -391,7 +393,8 @@ func cmdFakeProvider(ctx context.Context, cfg config, args []string) error {
 		return usageError{"fakeprovider: --webhook-url needs PAYORCH_FAKE_WEBHOOK_SECRET (or --webhook-secret), the secret payorch verifies them with"}
 	}
 	return fake.ListenAndServe(ctx, *listen, fake.Config{HoldLifetime: *holdLifetime, Logger: newLogger(cfg), StateFile: *state, Token: *token,
-		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret, PublicURL: *publicURL})
+		WebhookURL: *webhookURL, WebhookSecret: *webhookSecret, PublicURL: *publicURL,
+		HoldRetention: *holdRetention, MaxLiveHolds: *maxLiveHolds})
 }
 
 // newWebhooks wires the webhook endpoints and their delivery worker on

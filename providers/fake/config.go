@@ -34,6 +34,15 @@ const (
 	DefaultFeePercentBP    = 140
 	DefaultFeeFixedMinor   = 25
 	DefaultDisputeFeeMinor = 1500
+	// DefaultHoldRetention is how long a hold stays as it is after its
+	// last change before it is compacted (Config.HoldRetention).
+	DefaultHoldRetention = 48 * time.Hour
+	// DefaultMaxLiveHolds is how many compactable holds stay as they are
+	// at most (Config.MaxLiveHolds).
+	DefaultMaxLiveHolds = 10_000
+	// DefaultCompactEvery is how often the server compacts
+	// (Config.CompactEvery).
+	DefaultCompactEvery = 10 * time.Second
 )
 
 // maxPayoutDelayDays bounds Config.PayoutDelayDays.
@@ -133,6 +142,22 @@ type Config struct {
 	// is paid out that day. 1 to 30; default (0) DefaultPayoutDelayDays,
 	// 2.
 	PayoutDelayDays int
+	// HoldRetention is how long, by Clock, a hold stays as it is after
+	// its last change; then it is compacted (compact.go): packed with
+	// its stored answers into a compressed record that still answers
+	// everything the hold did, byte for byte, and is unpacked again when
+	// a write reaches it. An authorized hold whose hold.expired webhook
+	// is still to be sent is never compacted. Default (0)
+	// DefaultHoldRetention, 48 hours.
+	HoldRetention time.Duration
+	// MaxLiveHolds bounds the holds that could be compacted but are not:
+	// beyond it, those changed longest ago are compacted before their
+	// HoldRetention has passed. Default (0) DefaultMaxLiveHolds, 10,000.
+	MaxLiveHolds int
+	// CompactEvery is how often the server compacts the holds past
+	// HoldRetention or MaxLiveHolds, and packs the operations log
+	// likewise. Default (0) DefaultCompactEvery, 10 s.
+	CompactEvery time.Duration
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -168,6 +193,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PayoutDelayDays == 0 {
 		c.PayoutDelayDays = DefaultPayoutDelayDays
+	}
+	if c.HoldRetention == 0 {
+		c.HoldRetention = DefaultHoldRetention
+	}
+	if c.MaxLiveHolds == 0 {
+		c.MaxLiveHolds = DefaultMaxLiveHolds
+	}
+	if c.CompactEvery == 0 {
+		c.CompactEvery = DefaultCompactEvery
 	}
 	if c.WebhookClient == nil {
 		c.WebhookClient = &http.Client{Timeout: 10 * time.Second}
@@ -208,6 +242,10 @@ func (c Config) validate() error {
 	}
 	if c.ExpiryCheck < 0 {
 		return fmt.Errorf("fake: Config.ExpiryCheck must not be negative, got %s", c.ExpiryCheck)
+	}
+	if c.HoldRetention < 0 || c.MaxLiveHolds < 0 || c.CompactEvery < 0 {
+		return fmt.Errorf("fake: Config.HoldRetention, MaxLiveHolds and CompactEvery must not be negative, got %s, %d, %s",
+			c.HoldRetention, c.MaxLiveHolds, c.CompactEvery)
 	}
 	return c.validateMoney()
 }

@@ -154,11 +154,11 @@ func (s *Server) checkDrift(d *Drift) *apiError {
 	}
 	switch {
 	case d.Ref != "":
-		if s.holds[d.Ref] == nil {
+		if s.readHoldLocked(d.Ref) == nil {
 			return notFound("hold", d.Ref)
 		}
 	case d.PaymentID != "":
-		if !slices.ContainsFunc(s.order, func(h *hold) bool { return h.metadata[metaPaymentID] == d.PaymentID }) {
+		if !s.anyHoldPaidLocked(d.PaymentID) {
 			return notFound("hold with payment_id", d.PaymentID)
 		}
 	default:

@@ -257,7 +257,7 @@ func (s *Server) handleIncrement(w http.ResponseWriter, r *http.Request) {
 // the hold as it was. capture_before stays: an increment does not renew
 // the authorization's window. Called with s.mu held.
 func (s *Server) increment(now time.Time, ref, key string, p *incrementParams, decline bool) outcome {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
 	if h == nil {
 		return refused(op, notFound("hold", ref))

@@ -89,6 +89,11 @@ type hold struct {
 	maxAmount      int64
 	overcapturePct int
 	parts          []Part
+	// refunds are the hold's refunds, in the order they were made; keys
+	// the scopes of the idempotency keys whose stored answers are of the
+	// hold, packed with it (compact.go).
+	refunds []refund
+	keys    []string
 }
 
 // lapsed reports whether the hold is authorized but past capture_before at
@@ -98,7 +103,9 @@ func (h *hold) lapsed(now time.Time) bool {
 	return h.status == providers.StatusAuthorized && !h.captureBefore.IsZero() && !now.Before(h.captureBefore)
 }
 
-// touch records a change at now.
+// touch records a change at now. Every change of a hold's fields is
+// touched: compaction counts on it to tell a hold that changed while it
+// was being packed (compact.go).
 func (h *hold) touch(now time.Time) {
 	h.updated = now
 	h.touched = append(h.touched, now)
@@ -386,7 +393,7 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 		touched:        []time.Time{now},
 	}
 	s.holds[h.ref] = h
-	s.order = append(s.order, h)
+	s.order = append(s.order, holdSlot{live: h})
 	v := h.view(now)
 	return outcome{status: http.StatusOK, body: v,
 		op: Operation{Ref: h.ref, PaymentID: v.PaymentID, AmountMinor: h.amount, Outcome: OutcomeSucceeded}}
@@ -397,7 +404,7 @@ func (s *Server) create(now time.Time, p *authorizeParams) outcome {
 // for the challenge at a page of the fake (base is its base URL, key the
 // confirmation's idempotency key). Called with s.mu held.
 func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams, plan faultPlan) outcome {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	op := Operation{Ref: ref}
 	if h == nil {
 		return refused(op, notFound("hold", ref))
@@ -458,7 +465,7 @@ func (s *Server) confirm(now time.Time, ref, key, base string, p *confirmParams,
 // part of the hold (key its idempotency key) and a charge of its balance
 // (money.go). Called with s.mu held.
 func (s *Server) capture(now time.Time, ref, key string, p *captureParams) outcome {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
 	if h == nil {
 		return refused(op, notFound("hold", ref))
@@ -506,7 +513,7 @@ func (s *Server) capture(now time.Time, ref, key string, p *captureParams) outco
 // PaymentIntent ends succeeded: the captures stand and stay refundable.
 // Called with s.mu held.
 func (s *Server) cancel(now time.Time, ref string) outcome {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	op := Operation{Ref: ref}
 	if h == nil {
 		return refused(op, notFound("hold", ref))
@@ -543,7 +550,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 // full HoldLifetime from now (a card network's re-authorization). Called
 // with s.mu held.
 func (s *Server) extend(now time.Time, ref string) outcome {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	op := Operation{Ref: ref}
 	if h == nil {
 		return refused(op, notFound("hold", ref))
@@ -578,7 +585,7 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	h := s.holds[ref]
+	h := s.readHoldLocked(ref)
 	var v holdJSON
 	if h != nil {
 		v = h.view(s.now())

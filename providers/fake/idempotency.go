@@ -139,14 +139,7 @@ func (s *Server) serveKeyed(w http.ResponseWriter, r *http.Request, op Op, p par
 		out.status, out.body = out.err.status, errorBody{Error: out.err.wireError}
 	}
 	entry.status, entry.body, entry.done = out.status, marshal(out.body), true
-	rec := out.op
-	rec.Operation = op
-	rec.IdempotencyKey = key
-	rec.At = now
-	if op != OpCreate { // creating moves no money: the log is of what does
-		rec.Seq = int64(len(s.ops) + 1)
-		s.ops = append(s.ops, rec)
-	}
+	rec := s.recordLocked(now, op, key, scope, out.op)
 	s.emitForLocked(op, key, rec)
 	status, body := entry.status, entry.body
 	s.persistLocked()
@@ -160,6 +153,26 @@ func (s *Server) serveKeyed(w http.ResponseWriter, r *http.Request, op Op, p par
 		s.hang(r)
 	}
 	writeRaw(w, status, body)
+}
+
+// recordLocked completes rec, the log entry of op executed at now under
+// key (scope), and logs it unless it is a create; the key goes with the
+// hold its answer is of. Called with s.mu held.
+func (s *Server) recordLocked(now time.Time, op Op, key, scope string, rec Operation) Operation {
+	rec.Operation = op
+	rec.IdempotencyKey = key
+	rec.At = now
+	if h := s.holds[rec.Ref]; h != nil {
+		// The answer is of h: the key is packed with it (compact.go).
+		// Its reference replaces the path's, which would keep the
+		// whole request line alive.
+		rec.Ref = h.ref
+		h.keys = append(h.keys, scope)
+	}
+	if op != OpCreate { // creating moves no money: the log is of what does
+		rec = s.logOpLocked(rec)
+	}
+	return rec
 }
 
 // answerKnownKey answers a request whose key was known (after the armed
@@ -188,6 +201,10 @@ func (s *Server) claimKey(scope string, fp [32]byte) (entry *keyEntry, found boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	entry, found = s.keys[scope]
+	if !found {
+		entry = s.coldKeyLocked(scope)
+		found = entry != nil
+	}
 	switch {
 	case !found:
 		entry = &keyEntry{fingerprint: fp}

@@ -90,13 +90,7 @@ type operationList struct {
 func (s *Server) Operations(key string) []Operation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []Operation{}
-	for _, op := range s.ops {
-		if key == "" || op.IdempotencyKey == key {
-			out = append(out, op)
-		}
-	}
-	return out
+	return s.operationsLocked(key)
 }
 
 // handleOperations serves GET /_admin/operations[?idempotency_key=K].

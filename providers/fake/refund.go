@@ -61,7 +61,7 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) {
 // Each is a refund of the balance (money.go) carrying key, its request's
 // idempotency key. Called with s.mu held.
 func (s *Server) refund(now time.Time, ref, key string, p *refundParams) outcome {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	op := Operation{Ref: ref, AmountMinor: p.AmountMinor}
 	if h == nil {
 		return refused(op, notFound("hold", ref))
@@ -84,8 +84,8 @@ func (s *Server) refund(now time.Time, ref, key string, p *refundParams) outcome
 		h.status = h.settled()
 	}
 	h.touch(now)
-	rf := &refund{ref: newID("fr_"), holdRef: h.ref, amount: amount, created: now}
-	s.refunds[rf.ref] = rf
+	rf := refund{ref: newID("fr_"), holdRef: h.ref, amount: amount, created: now}
+	h.refunds = append(h.refunds, rf)
 	if amount > 0 {
 		s.bookLocked(now, providers.BalanceRefund, h, rf.ref, key, -amount)
 	}

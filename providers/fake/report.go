@@ -140,7 +140,10 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		now := s.now()
 		end := min(i+reportBatch, len(s.order))
 		for ; i < end; i++ {
-			if h := s.order[i]; h.changedWithin(from, to, now) {
+			if sl := &s.order[i]; sl.live == nil && !sl.cold.mayChangeWithin(from, to) {
+				continue
+			}
+			if h := s.readSlotLocked(i); h.changedWithin(from, to, now) {
 				batch = append(batch, h.row(now))
 			}
 		}

@@ -59,7 +59,7 @@ func (s *Server) seed(sh SeedHold) (*hold, *apiError) {
 	if sh.Ref == "" {
 		sh.Ref = newID("fh_")
 	}
-	if s.holds[sh.Ref] != nil {
+	if s.readHoldLocked(sh.Ref) != nil {
 		return nil, invalid("ref", "a hold %q exists already", sh.Ref)
 	}
 	sh, bad := s.seedDefaults(sh)
@@ -94,7 +94,7 @@ func (s *Server) seed(sh SeedHold) (*hold, *apiError) {
 		touched:       touched,
 	}
 	s.holds[h.ref] = h
-	s.order = append(s.order, h)
+	s.order = append(s.order, holdSlot{live: h})
 	// Its money, as of its last change (it has no operations to date
 	// them by): the captured amount charged, then the refunded amount
 	// refunded, neither with an idempotency key.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"mime"
@@ -37,14 +38,27 @@ type Server struct {
 	// hooks sends webhooks; nil when Config.WebhookURL is empty.
 	hooks *webhookSender
 
+	// compactMu makes one Compact run at a time; packer is its codec,
+	// used without mu (compact.go).
+	compactMu sync.Mutex
+	packer    coldCodec
+
 	// mu guards everything below.
-	mu      sync.Mutex
-	holds   map[string]*hold
-	order   []*hold // insertion order, for the report
-	refunds map[string]*refund
-	keys    map[string]*keyEntry // by scope(pattern, key)
-	ops     []Operation
-	drifts  []Drift
+	mu sync.Mutex
+	// holds are the live holds; order every hold, live or packed, in
+	// insertion order, for the report (compact.go).
+	holds map[string]*hold
+	order []holdSlot
+	keys  map[string]*keyEntry // by scope(pattern, key)
+	// The packed holds by reference and by their keys' scopes, and the
+	// codec that reads them (compact.go).
+	coldRefs, coldKeys coldIndex
+	codec              coldCodec
+	// ops is the operations log after the opsPacked packed in opChunks.
+	ops       []Operation
+	opChunks  [][]byte
+	opsPacked int64
+	drifts    []Drift
 	// The money (money.go): every balance transaction in booking order,
 	// those not yet paid out, the payouts made, the last day whose
 	// payouts were made, and the drifts of their listings.
@@ -74,15 +88,16 @@ func newServer(cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		mux:     http.NewServeMux(),
-		pages:   http.NewServeMux(),
-		done:    make(chan struct{}),
-		holds:   make(map[string]*hold),
-		refunds: make(map[string]*refund),
-		keys:    make(map[string]*keyEntry),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		mux:   http.NewServeMux(),
+		pages: http.NewServeMux(),
+		done:  make(chan struct{}),
+		holds: make(map[string]*hold),
+		keys:  make(map[string]*keyEntry),
 	}
+	seed := maphash.MakeSeed()
+	s.coldRefs, s.coldKeys = newColdIndex(seed), newColdIndex(seed)
 	s.tokenHash = sha256.Sum256([]byte(cfg.Token))
 	s.cardKey = cardKey(cfg.Token)
 	s.routes()
@@ -92,6 +107,7 @@ func newServer(cfg Config) (*Server, error) {
 		}
 	}
 	s.startWebhooks()
+	go s.compactLoop()
 	return s, nil
 }
 

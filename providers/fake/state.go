@@ -100,6 +100,10 @@ type keyState struct {
 	Fingerprint string `json:"fingerprint"`
 	Status      int    `json:"status"`
 	Body        string `json:"body"`
+	// HoldRef is the hold the answer is of, which the key is compacted
+	// with (compact.go); absent from the files of builds before
+	// compaction, whose keys then stay as they are.
+	HoldRef string `json:"hold_ref,omitempty"`
 }
 
 // persistLocked writes the whole state to Config.StateFile, when set.
@@ -167,48 +171,26 @@ func (s *Server) snapshotLocked() *stateDoc {
 	doc := &stateDoc{
 		Version:    stateVersion,
 		Holds:      make([]holdState, 0, len(s.order)),
-		Refunds:    make([]refundState, 0, len(s.refunds)),
+		Refunds:    []refundState{},
 		Keys:       make([]keyState, 0, len(s.keys)),
-		Operations: s.ops,
+		Operations: s.operationsLocked(""),
 		Drifts:     s.drifts,
-	}
-	if doc.Operations == nil {
-		doc.Operations = []Operation{}
 	}
 	if doc.Drifts == nil {
 		doc.Drifts = []Drift{}
 	}
 	s.snapshotMoneyLocked(doc)
-	for _, h := range s.order {
-		doc.Holds = append(doc.Holds, holdState{
-			Ref: h.ref, PaymentMethod: h.paymentMethod, Card: h.card, CardDecline: h.cardDecline,
-			Description: h.description, Metadata: h.metadata,
-			Status: h.status, AmountMinor: h.amount, CapturedMinor: h.captured, RefundedMinor: h.refunded,
-			Currency: h.currency, DeclineCode: h.declineCode,
-			CreatedAt: h.created, UpdatedAt: h.updated, CaptureBefore: h.captureBefore, Touched: h.touched,
-			ExpiryNotified: h.expiryNotified,
-			ThreeDS:        h.threeDS, ReturnURL: h.returnURL, RequestThreeDS: h.requestThreeDS, ConfirmKey: h.confirmKey,
-			ChallengeToken: h.challengeToken, NextActionURL: h.nextActionURL, AuthResult: h.authResult,
-			FlexRule: h.flexRule, Asked: h.asked, Granted: h.granted, MaxAmountMinor: h.maxAmount,
-			OvercapturePct: h.overcapturePct, Parts: h.parts,
-		})
-	}
-	for _, rf := range s.refunds {
-		doc.Refunds = append(doc.Refunds, refundState{Ref: rf.ref, HoldRef: rf.holdRef, AmountMinor: rf.amount, CreatedAt: rf.created})
-	}
-	slices.SortFunc(doc.Refunds, func(a, b refundState) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
+	s.snapshotHoldsLocked(doc)
+	owner := map[string]string{}
+	for _, h := range s.holds {
+		for _, scope := range h.keys {
+			owner[scope] = h.ref
 		}
-		return strings.Compare(a.Ref, b.Ref)
-	})
+	}
 	for scope, e := range s.keys {
-		if !e.done {
-			continue
+		if e.done {
+			doc.Keys = append(doc.Keys, e.state(scope, owner[scope]))
 		}
-		endpoint, key, _ := strings.Cut(scope, "\x00")
-		doc.Keys = append(doc.Keys, keyState{Endpoint: endpoint, Key: key,
-			Fingerprint: hex.EncodeToString(e.fingerprint[:]), Status: e.status, Body: string(e.body)})
 	}
 	slices.SortFunc(doc.Keys, func(a, b keyState) int {
 		if c := strings.Compare(a.Endpoint, b.Endpoint); c != 0 {
@@ -217,6 +199,105 @@ func (s *Server) snapshotLocked() *stateDoc {
 		return strings.Compare(a.Key, b.Key)
 	})
 	return doc
+}
+
+// snapshotHoldsLocked adds the holds, compacted ones too, in insertion
+// order, their refunds in the order they were made, and the keys of the
+// compacted ones, to doc. Called with s.mu held.
+func (s *Server) snapshotHoldsLocked(doc *stateDoc) {
+	add := func(h *hold) {
+		doc.Holds = append(doc.Holds, h.state())
+		for _, rf := range h.refunds {
+			doc.Refunds = append(doc.Refunds, rf.state())
+		}
+	}
+	for i := range s.order {
+		if h := s.order[i].live; h != nil {
+			add(h)
+			continue
+		}
+		rec := s.coldRecordLocked(i)
+		add(rec.hold())
+		doc.Keys = append(doc.Keys, rec.Keys...)
+	}
+	slices.SortFunc(doc.Refunds, func(a, b refundState) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Ref, b.Ref)
+	})
+}
+
+// state is h as stored; its refunds and keys are stored on their own.
+func (h *hold) state() holdState {
+	return holdState{
+		Ref: h.ref, PaymentMethod: h.paymentMethod, Card: h.card, CardDecline: h.cardDecline,
+		Description: h.description, Metadata: h.metadata,
+		Status: h.status, AmountMinor: h.amount, CapturedMinor: h.captured, RefundedMinor: h.refunded,
+		Currency: h.currency, DeclineCode: h.declineCode,
+		CreatedAt: h.created, UpdatedAt: h.updated, CaptureBefore: h.captureBefore, Touched: h.touched,
+		ExpiryNotified: h.expiryNotified,
+		ThreeDS:        h.threeDS, ReturnURL: h.returnURL, RequestThreeDS: h.requestThreeDS, ConfirmKey: h.confirmKey,
+		ChallengeToken: h.challengeToken, NextActionURL: h.nextActionURL, AuthResult: h.authResult,
+		FlexRule: h.flexRule, Asked: h.asked, Granted: h.granted, MaxAmountMinor: h.maxAmount,
+		OvercapturePct: h.overcapturePct, Parts: h.parts,
+	}
+}
+
+// hold rebuilds the hold hs stores, without its refunds and keys.
+func (hs *holdState) hold() *hold {
+	meta := hs.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return &hold{
+		ref: hs.Ref, paymentMethod: hs.PaymentMethod, card: hs.Card, cardDecline: hs.CardDecline,
+		description: hs.Description, metadata: meta,
+		status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
+		currency: hs.Currency, declineCode: hs.DeclineCode,
+		created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
+		expiryNotified: hs.ExpiryNotified,
+		threeDS:        hs.ThreeDS, returnURL: hs.ReturnURL, requestThreeDS: hs.RequestThreeDS, confirmKey: hs.ConfirmKey,
+		challengeToken: hs.ChallengeToken, nextActionURL: hs.NextActionURL, authResult: hs.AuthResult,
+		flexRule: hs.FlexRule, asked: hs.Asked, granted: hs.Granted, maxAmount: hs.MaxAmountMinor,
+		overcapturePct: hs.OvercapturePct, parts: hs.Parts,
+	}
+}
+
+// state is rf as stored.
+func (rf refund) state() refundState {
+	return refundState{Ref: rf.ref, HoldRef: rf.holdRef, AmountMinor: rf.amount, CreatedAt: rf.created}
+}
+
+// refund rebuilds the refund rs stores.
+func (rs refundState) refund() refund {
+	return refund{ref: rs.Ref, holdRef: rs.HoldRef, amount: rs.AmountMinor, created: rs.CreatedAt}
+}
+
+// state is e, the completed key of scope whose answer is of hold
+// holdRef ("" when of none), as stored.
+func (e *keyEntry) state(scope, holdRef string) keyState {
+	endpoint, key, _ := strings.Cut(scope, "\x00")
+	return keyState{Endpoint: endpoint, Key: key, HoldRef: holdRef,
+		Fingerprint: hex.EncodeToString(e.fingerprint[:]), Status: e.status, Body: string(e.body)}
+}
+
+// entry rebuilds and checks the key ks stores, and returns it with its
+// scope.
+func (ks keyState) entry() (string, *keyEntry, error) {
+	if ks.Endpoint == "" || checkKey(ks.Key) != nil {
+		return "", nil, fmt.Errorf("idempotency key %q of %q is invalid", ks.Key, ks.Endpoint)
+	}
+	e := &keyEntry{done: true, status: ks.Status, body: []byte(ks.Body)}
+	fp, err := hex.DecodeString(ks.Fingerprint)
+	if err != nil || len(fp) != len(e.fingerprint) {
+		return "", nil, fmt.Errorf("idempotency key %q of %q has a bad fingerprint", ks.Key, ks.Endpoint)
+	}
+	copy(e.fingerprint[:], fp)
+	if ks.Status < 200 || ks.Status > 599 || !json.Valid(e.body) {
+		return "", nil, fmt.Errorf("idempotency key %q of %q has a bad stored answer", ks.Key, ks.Endpoint)
+	}
+	return ks.Endpoint + "\x00" + ks.Key, e, nil
 }
 
 // loadState fills the new, empty s from Config.StateFile. A missing file is
@@ -262,32 +343,32 @@ func (s *Server) restore(b []byte) error {
 			return err
 		}
 		s.holds[h.ref] = h
-		s.order = append(s.order, h)
+		s.order = append(s.order, holdSlot{live: h})
 	}
+	refunds := map[string]bool{}
 	for _, rs := range doc.Refunds {
+		h := s.holds[rs.HoldRef]
 		switch {
-		case rs.Ref == "" || s.refunds[rs.Ref] != nil:
+		case rs.Ref == "" || refunds[rs.Ref]:
 			return fmt.Errorf("refund %q has no ref or is there twice", rs.Ref)
-		case s.holds[rs.HoldRef] == nil:
+		case h == nil:
 			return fmt.Errorf("refund %s is of an unknown hold %q", rs.Ref, rs.HoldRef)
 		}
-		s.refunds[rs.Ref] = &refund{ref: rs.Ref, holdRef: rs.HoldRef, amount: rs.AmountMinor, created: rs.CreatedAt}
+		refunds[rs.Ref] = true
+		h.refunds = append(h.refunds, rs.refund())
 	}
 	for _, ks := range doc.Keys {
-		scope := ks.Endpoint + "\x00" + ks.Key
-		if ks.Endpoint == "" || checkKey(ks.Key) != nil || s.keys[scope] != nil {
-			return fmt.Errorf("idempotency key %q of %q is invalid or there twice", ks.Key, ks.Endpoint)
+		scope, e, err := ks.entry()
+		if err != nil {
+			return err
 		}
-		e := &keyEntry{done: true, status: ks.Status, body: []byte(ks.Body)}
-		fp, err := hex.DecodeString(ks.Fingerprint)
-		if err != nil || len(fp) != len(e.fingerprint) {
-			return fmt.Errorf("idempotency key %q of %q has a bad fingerprint", ks.Key, ks.Endpoint)
-		}
-		copy(e.fingerprint[:], fp)
-		if ks.Status < 200 || ks.Status > 599 || !json.Valid(e.body) {
-			return fmt.Errorf("idempotency key %q of %q has a bad stored answer", ks.Key, ks.Endpoint)
+		if s.keys[scope] != nil {
+			return fmt.Errorf("idempotency key %q of %q is there twice", ks.Key, ks.Endpoint)
 		}
 		s.keys[scope] = e
+		if h := s.holds[ks.HoldRef]; h != nil {
+			h.keys = append(h.keys, scope)
+		}
 	}
 	for i, op := range doc.Operations {
 		if op.Seq != int64(i+1) {
@@ -329,22 +410,7 @@ func (s *Server) restoreHold(i int, hs holdState) (*hold, error) {
 			return nil, fmt.Errorf("hold %s has a part of unknown kind %q", hs.Ref, p.Kind)
 		}
 	}
-	meta := hs.Metadata
-	if meta == nil {
-		meta = map[string]string{}
-	}
-	return &hold{
-		ref: hs.Ref, paymentMethod: hs.PaymentMethod, card: hs.Card, cardDecline: hs.CardDecline,
-		description: hs.Description, metadata: meta,
-		status: hs.Status, amount: hs.AmountMinor, captured: hs.CapturedMinor, refunded: hs.RefundedMinor,
-		currency: hs.Currency, declineCode: hs.DeclineCode,
-		created: hs.CreatedAt, updated: hs.UpdatedAt, captureBefore: hs.CaptureBefore, touched: hs.Touched,
-		expiryNotified: hs.ExpiryNotified,
-		threeDS:        hs.ThreeDS, returnURL: hs.ReturnURL, requestThreeDS: hs.RequestThreeDS, confirmKey: hs.ConfirmKey,
-		challengeToken: hs.ChallengeToken, nextActionURL: hs.NextActionURL, authResult: hs.AuthResult,
-		flexRule: hs.FlexRule, asked: hs.Asked, granted: hs.Granted, maxAmount: hs.MaxAmountMinor,
-		overcapturePct: hs.OvercapturePct, parts: hs.Parts,
-	}, nil
+	return hs.hold(), nil
 }
 
 // snapshotMoneyLocked adds the money to doc. Called with s.mu held.

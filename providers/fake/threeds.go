@@ -144,7 +144,7 @@ func (s *Server) challengeLocked(h *hold, base, key string) {
 // none is: an unknown hold and a wrong token look the same. Called with
 // s.mu held.
 func (s *Server) challengeOf(ref, token string) *hold {
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	if h == nil || h.challengeToken == "" || subtle.ConstantTimeCompare([]byte(h.challengeToken), []byte(token)) != 1 {
 		return nil
 	}
@@ -175,8 +175,7 @@ func (s *Server) completeChallengeLocked(now time.Time, h *hold, complete bool) 
 		op.Outcome, ev.Type, ev.Data.FailureCode = providers.CodeAuthenticationFailed, EventHoldPaymentFailed, providers.CodeAuthenticationFailed
 	}
 	h.touch(now)
-	op.Seq = int64(len(s.ops) + 1)
-	s.ops = append(s.ops, op)
+	op = s.logOpLocked(op)
 	s.emitLocked(ev)
 	s.persistLocked()
 	s.log.Info("fake provider: challenge completed", "ref", h.ref, "result", h.authResult, "seq", op.Seq)
@@ -237,7 +236,7 @@ func (s *Server) handleAuthenticate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) authenticate(ref string, complete bool) (holdJSON, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.holds[ref]
+	h := s.holdLocked(ref)
 	if h == nil {
 		return holdJSON{}, notFound("hold", ref)
 	}

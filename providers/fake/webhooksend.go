@@ -237,8 +237,10 @@ func (s *Server) NotifyExpiredHolds() int {
 		return 0
 	}
 	now, n := s.now(), 0
-	for _, h := range s.order {
-		if !h.lapsed(now) || h.expiryNotified {
+	for i := range s.order {
+		// A packed hold has nothing to announce (Server.compactable).
+		h := s.order[i].live
+		if h == nil || !h.lapsed(now) || h.expiryNotified {
 			continue
 		}
 		h.expiryNotified = true
@@ -444,7 +446,7 @@ func (s *Server) openDispute(d Dispute) (Event, *apiError) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.holds[d.HoldRef]
+	h := s.holdLocked(d.HoldRef)
 	if h == nil {
 		return Event{}, notFound("hold", d.HoldRef)
 	}
