@@ -14,8 +14,9 @@
 --
 -- reconciliation_runs.bank: what the run found of its connector's payouts
 -- in the bank (reconcile.BankSummary); NULL when the connector has no bank
--- account configured. A second trigger adds it to the run's event, after
--- the outbox trigger wrote it (the event is the run as the API answers it).
+-- account configured. The run's outbox trigger writes it into the run's
+-- event, with the settlement of 00028 (the event is the run as the API
+-- answers it).
 --
 -- The three new discrepancy categories are added to the category check
 -- by reading the list it holds, so that this migration keeps whatever
@@ -76,25 +77,35 @@ CREATE INDEX bank_statement_lines_credits_idx ON bank_statement_lines (account, 
 
 ALTER TABLE reconciliation_runs ADD COLUMN bank jsonb;
 
+-- The run's event carries its settlement (00028) and bank summary too:
+-- every field of reconcile.Run's JSON, as before.
 -- +goose StatementBegin
-CREATE FUNCTION reconciliation_runs_outbox_bank() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION reconciliation_runs_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_at   timestamptz := coalesce(NEW.finished_at, now());
+    event_id   text := event_id_at(event_at);
+    event_type text := CASE NEW.status WHEN 'succeeded' THEN 'reconciliation.run.completed'
+        ELSE 'reconciliation.run.failed' END;
 BEGIN
-    -- The event reconciliation_runs_outbox has just written, at the same
-    -- time (its event_at), gets the run's bank summary.
-    UPDATE events SET object = object || jsonb_build_object('bank', NEW.bank)
-    WHERE tenant_id IS NULL AND created_at = coalesce(NEW.finished_at, now()) AND payment_id IS NULL
-        AND type IN ('reconciliation.run.completed', 'reconciliation.run.failed') AND object->>'id' = NEW.id::text;
+    -- The run: every field of reconcile.Run's JSON (GET
+    -- /v1/reconciliation/runs/{id}).
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    VALUES (event_id, NULL, event_type, NULL, NULL, jsonb_build_object(
+        'id', NEW.id, 'object', 'reconciliation_run', 'provider', NEW.provider,
+        'business_date', NEW.business_date::text, 'version', NEW.version, 'trigger', NEW.trigger,
+        'status', NEW.status, 'time_zone', NEW.time_zone, 'window_start', NEW.window_start,
+        'window_end', NEW.window_end, 'grace_seconds', NEW.grace_seconds, 'requested_by', NEW.requested_by,
+        'started_at', NEW.started_at, 'finished_at', NEW.finished_at,
+        'local_count', NEW.local_count, 'provider_count', NEW.provider_count, 'matched_count', NEW.matched_count,
+        'discrepancy_count', NEW.discrepancy_count, 'totals', NEW.totals, 'category_counts', NEW.category_counts,
+        'diff', NEW.diff, 'error', NEW.error,
+        'settlement', NEW.settlement, 'bank', NEW.bank),
+        event_at);
+    PERFORM webhook_fan_out(event_id, NULL, event_type, event_at);
     RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
-
--- Triggers of one event fire in the order of their names: this one after
--- reconciliation_runs_outbox.
-CREATE TRIGGER reconciliation_runs_outbox_bank
-    AFTER UPDATE OF status ON reconciliation_runs
-    FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status IN ('succeeded', 'failed'))
-    EXECUTE FUNCTION reconciliation_runs_outbox_bank();
 
 -- +goose StatementBegin
 DO $$
@@ -138,8 +149,32 @@ END
 $$;
 -- +goose StatementEnd
 
-DROP TRIGGER reconciliation_runs_outbox_bank ON reconciliation_runs;
-DROP FUNCTION reconciliation_runs_outbox_bank();
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION reconciliation_runs_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    event_at   timestamptz := coalesce(NEW.finished_at, now());
+    event_id   text := event_id_at(event_at);
+    event_type text := CASE NEW.status WHEN 'succeeded' THEN 'reconciliation.run.completed'
+        ELSE 'reconciliation.run.failed' END;
+BEGIN
+    -- The run: every field of reconcile.Run's JSON (GET
+    -- /v1/reconciliation/runs/{id}).
+    INSERT INTO events (id, tenant_id, type, payment_id, sequence, object, created_at)
+    VALUES (event_id, NULL, event_type, NULL, NULL, jsonb_build_object(
+        'id', NEW.id, 'object', 'reconciliation_run', 'provider', NEW.provider,
+        'business_date', NEW.business_date::text, 'version', NEW.version, 'trigger', NEW.trigger,
+        'status', NEW.status, 'time_zone', NEW.time_zone, 'window_start', NEW.window_start,
+        'window_end', NEW.window_end, 'grace_seconds', NEW.grace_seconds, 'requested_by', NEW.requested_by,
+        'started_at', NEW.started_at, 'finished_at', NEW.finished_at,
+        'local_count', NEW.local_count, 'provider_count', NEW.provider_count, 'matched_count', NEW.matched_count,
+        'discrepancy_count', NEW.discrepancy_count, 'totals', NEW.totals, 'category_counts', NEW.category_counts,
+        'diff', NEW.diff, 'error', NEW.error),
+        event_at);
+    PERFORM webhook_fan_out(event_id, NULL, event_type, event_at);
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
 ALTER TABLE reconciliation_runs DROP COLUMN bank;
 DROP TABLE bank_statement_lines;
 DROP TABLE bank_statements;
