@@ -574,8 +574,10 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	out := row.Payment
 	out.normalize()
 	if err == nil {
-		// This execution settled it: the one to apply the card rules.
+		// This execution settled it: the one to apply the card rules, and
+		// to count the answer its statement wrote to the attempt.
 		s.afterVaultedAuthorization(ctx, out, cvcSent)
+		s.learnAnswer(p, attemptOutcome(hold, callErr))
 	}
 	if isNoRows(err) {
 		// Settled meanwhile by another execution or the resolver (the call
