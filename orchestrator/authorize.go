@@ -522,28 +522,7 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	// Times are kept to the microsecond, as PostgreSQL keeps them, so the
 	// payment written is the payment predicted here.
 	now := s.now().Truncate(time.Microsecond).UTC()
-	settled := p
-	settled.Status, settled.FailureCode, settled.UpdatedAt = to, failure, now
-	if hold.Ref != "" {
-		settled.ProviderRef = &hold.Ref
-	}
-	settled.CaptureBefore, settled.ActionExpiresAt = nil, nil
-	if !hold.CaptureBefore.IsZero() && to == StatusAuthorized {
-		t := hold.CaptureBefore.Truncate(time.Microsecond).UTC()
-		settled.CaptureBefore = &t
-	}
-	if to == StatusAuthorized {
-		settled.grantFlex(hold.Flex)
-	}
-	if to == StatusRequiresAction {
-		// A challenge: the shopper has until then (authentication.go).
-		t := now.Add(s.actionTimeout)
-		settled.ActionExpiresAt = &t
-		if hold.NextActionURL != "" {
-			settled.NextActionURL = &hold.NextActionURL
-		}
-	}
-	settled.normalize()
+	settled := s.settledPayment(p, hold, to, failure, now)
 	detail := map[string]any{}
 	if failure != nil {
 		detail["failure_code"] = *failure
@@ -594,6 +573,34 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 		}
 	}
 	return authorizeResult(out)
+}
+
+// settledPayment is pending payment p as settleAuthorizeSQL leaves it
+// when hold settles it in state to, with failure, at now.
+func (s *Service) settledPayment(p Payment, hold providers.Hold, to Status, failure *string, now time.Time) Payment {
+	settled := p
+	settled.Status, settled.FailureCode, settled.UpdatedAt = to, failure, now
+	if hold.Ref != "" {
+		settled.ProviderRef = &hold.Ref
+	}
+	settled.CaptureBefore, settled.ActionExpiresAt = nil, nil
+	if !hold.CaptureBefore.IsZero() && to == StatusAuthorized {
+		t := hold.CaptureBefore.Truncate(time.Microsecond).UTC()
+		settled.CaptureBefore = &t
+	}
+	if to == StatusAuthorized {
+		settled.grantFlex(hold.Flex)
+	}
+	if to == StatusRequiresAction {
+		// A challenge: the shopper has until then (authentication.go).
+		t := now.Add(s.actionTimeout)
+		settled.ActionExpiresAt = &t
+		if hold.NextActionURL != "" {
+			settled.NextActionURL = &hold.NextActionURL
+		}
+	}
+	settled.normalize()
+	return settled
 }
 
 // settledBy is the state a provider's answer to an authorization settles
