@@ -147,7 +147,8 @@ func (o *AuthRateOptions) params() authRateParams {
 // AuthRateConfig tunes how each instance measures the connectors'
 // authorization rates. Zero fields take the defaults (DefaultAuthRate).
 type AuthRateConfig struct {
-	// Refresh is how often each instance reads the scores again.
+	// Refresh is how often each instance reads the scores again: what
+	// the other instances answered since. Its own answers count at once.
 	Refresh time.Duration
 	// Window is how many of a connector's latest answers make its score.
 	Window int
@@ -400,7 +401,8 @@ func (s *Service) refreshAuthRates(ctx context.Context) error {
 // answered adds an answer this instance recorded to the local answers,
 // while this instance routes by auth_rate (an idle one keeps none: its
 // first decision after the idle time reads the attempts table again
-// anyway, at the next refresh).
+// anyway, at the next refresh), unless its attempt started more than
+// MaxAge ago (it would not count in a window read now).
 func (a *authRates) answered(connector string, ans localAnswer, now time.Time) {
 	last := a.lastUse.Load()
 	if last == 0 || now.Sub(time.Unix(0, last)) > authRateIdle || ans.started < now.Add(-a.cfg.MaxAge).UnixMicro() {

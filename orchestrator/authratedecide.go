@@ -67,9 +67,8 @@ const (
 // answerWindow is a connector's window as a decision sees it: this
 // instance's answers since the snapshot (local, counted as the newest
 // whatever their start), then the snapshot's m newest (snap), Window in
-// all. Counting it is a pass over
-// local (at most Window answers, usually a Refresh's worth) and binary
-// searches in snap.
+// all. Counting it is a pass over local (at most Window answers, usually
+// a Refresh's worth) and binary searches in snap.
 type answerWindow struct {
 	snap  *connectorAnswers
 	local []localAnswer
