@@ -43,11 +43,26 @@ type simPayment struct {
 //
 //	go test -run '^$' -bench BenchmarkAuthRateRouting -benchtime 1x ./httpapi/
 //
-// The scores are read every 100 ms here (2 s in production), so the lag in
-// payments is this run's payments per second over ten.
+// refresh=default reads the scores every 2 s, as production does by
+// default: the instance learns from its own answers at once
+// (answerWindow), the refresh only adds what other instances answered
+// (none here). refresh=100ms is the same run reading the scores twenty
+// times as often, for comparison.
 func BenchmarkAuthRateRouting(b *testing.B) {
+	for _, refresh := range []time.Duration{0, 100 * time.Millisecond} {
+		name := "refresh=default"
+		if refresh > 0 {
+			name = "refresh=" + refresh.String()
+		}
+		b.Run(name, func(b *testing.B) { simulateAuthRate(b, refresh) })
+	}
+}
+
+// simulateAuthRate is BenchmarkAuthRateRouting's run, the scores read
+// every refresh (0: the default).
+func simulateAuthRate(b *testing.B, refresh time.Duration) {
 	for range b.N {
-		e, fakes := newAuthRateEnv(b)
+		e, fakes := newAuthRateEnv(b, refresh)
 		phases := []simPhase{
 			{500, map[string]float64{"fake_a": 0.05, "fake_b": 0.20}},
 			{300, map[string]float64{"fake_a": 0.40, "fake_b": 0.20}},
@@ -67,8 +82,8 @@ func BenchmarkAuthRateRouting(b *testing.B) {
 
 // newAuthRateEnv serves the API with connectors fake_a and fake_b, routes
 // the tenant's payments by auth_rate between them (fake_b listed first),
-// and runs the score refresher.
-func newAuthRateEnv(b *testing.B) (*env, map[string]*fake.Client) {
+// and runs the score refresher every refresh (0: the default).
+func newAuthRateEnv(b *testing.B, refresh time.Duration) (*env, map[string]*fake.Client) {
 	fakes := map[string]*fake.Client{}
 	provs := map[string]providers.Provider{}
 	for _, name := range []string{"fake_a", "fake_b"} {
@@ -81,7 +96,7 @@ func newAuthRateEnv(b *testing.B) (*env, map[string]*fake.Client) {
 		provs[name] = fakes[name]
 	}
 	e := newMigratedEnv(b, httpapi.Config{}, orchestrator.Config{Providers: provs,
-		AuthRate: orchestrator.AuthRateConfig{Refresh: 100 * time.Millisecond}})
+		AuthRate: orchestrator.AuthRateConfig{Refresh: refresh}})
 	job := e.svc.AuthRatesJob()
 	job.Start(context.Background())
 	b.Cleanup(job.Stop)

@@ -522,7 +522,7 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	// Times are kept to the microsecond, as PostgreSQL keeps them, so the
 	// payment written is the payment predicted here.
 	now := s.now().Truncate(time.Microsecond).UTC()
-	settled := s.predictSettled(p, hold, to, failure, now)
+	settled := s.settledPayment(p, hold, to, failure, now)
 	detail := map[string]any{}
 	if failure != nil {
 		detail["failure_code"] = *failure
@@ -553,8 +553,10 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	out := row.Payment
 	out.normalize()
 	if err == nil {
-		// This execution settled it: the one to apply the card rules.
+		// This execution settled it: the one to apply the card rules, and
+		// to count the answer its statement wrote to the attempt.
 		s.afterVaultedAuthorization(ctx, out, cvcSent)
+		s.learnAnswer(p, attemptOutcome(hold, callErr))
 	}
 	if isNoRows(err) {
 		// Settled meanwhile by another execution or the resolver (the call
@@ -573,10 +575,9 @@ func (s *Service) settleAuthorize(ctx context.Context, c *Claim, p Payment, hold
 	return authorizeResult(out)
 }
 
-// predictSettled is payment p as settling the authorization's answer hold
-// (to, failure, at now) will write it: the statement stores it and the
-// request's answer is decided from it before it runs.
-func (s *Service) predictSettled(p Payment, hold providers.Hold, to Status, failure *string, now time.Time) Payment {
+// settledPayment is pending payment p as settleAuthorizeSQL leaves it
+// when hold settles it in state to, with failure, at now.
+func (s *Service) settledPayment(p Payment, hold providers.Hold, to Status, failure *string, now time.Time) Payment {
 	settled := p
 	settled.Status, settled.FailureCode, settled.UpdatedAt = to, failure, now
 	if hold.Ref != "" {

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -40,6 +41,16 @@ import (
 // (authRateSQL: at most Window rows per connector, by the index on
 // (connector, started_at)) every Refresh into an immutable snapshot; a
 // decision reads the snapshot and the database not at all.
+//
+// Learning at once. Between two refreshes an instance also counts the
+// answers it records itself (learnAnswer): a decision's window is this
+// instance's answers since the snapshot, the newest, then the snapshot's
+// newest, Window in all (answerWindow). So a connector that starts
+// declining loses its place after as many answers as its score needs to
+// fall, not after that plus a Refresh worth of payments; the other
+// instances learn of those answers at their next refresh, from the
+// attempts table, as before. A refresh drops the local answers its query
+// sees (refreshAuthRates).
 //
 // The choice (authRateOrder in authratedecide.go) is Thompson sampling:
 // each candidate's rate is drawn from its Beta(1 + authorized, 1 +
@@ -136,7 +147,8 @@ func (o *AuthRateOptions) params() authRateParams {
 // AuthRateConfig tunes how each instance measures the connectors'
 // authorization rates. Zero fields take the defaults (DefaultAuthRate).
 type AuthRateConfig struct {
-	// Refresh is how often each instance reads the scores again.
+	// Refresh is how often each instance reads the scores again: what
+	// the other instances answered since. Its own answers count at once.
 	Refresh time.Duration
 	// Window is how many of a connector's latest answers make its score.
 	Window int
@@ -172,10 +184,17 @@ const authRateIdle = 10 * time.Minute
 
 // authRates is an instance's scores and elimination states.
 type authRates struct {
-	cfg  AuthRateConfig
+	cfg AuthRateConfig
+	// snap is replaced whole, never changed: a decision reads it without
+	// a lock.
 	snap atomic.Pointer[authRateSnapshot]
 	// lastUse is when a decision last read the snapshot (unix nanos).
 	lastUse atomic.Int64
+
+	// localMu orders the writers of snap (a refresh, a local answer) so
+	// that none loses another's change; seq numbers the local answers.
+	localMu sync.Mutex
+	seq     uint64
 
 	mu      sync.Mutex
 	choices map[choiceKey]*choiceState
@@ -189,10 +208,26 @@ func newAuthRates(cfg AuthRateConfig) *authRates {
 	return &authRates{cfg: cfg.withDefaults(), choices: map[choiceKey]*choiceState{}}
 }
 
-// authRateSnapshot is the scores as one refresh read them.
+// authRateSnapshot is the scores as one refresh read them, and the
+// answers this instance recorded since.
 type authRateSnapshot struct {
 	at         time.Time
 	connectors map[string]*connectorAnswers
+	// local are, by connector, the answers this instance recorded that
+	// the refresh may not have seen, oldest first, at most Window each.
+	// What a slice shows never changes once stored (answered appends past
+	// its end).
+	local map[string][]localAnswer
+}
+
+// localAnswer is an answer this instance recorded (learnAnswer).
+type localAnswer struct {
+	// started is when the attempt started (unix micros), as started_at.
+	started    int64
+	authorized bool
+	segment    segmentKey
+	// seq is its number in the order this instance recorded them.
+	seq uint64
 }
 
 // connectorAnswers are one connector's answers in the window.
@@ -201,9 +236,18 @@ type connectorAnswers struct {
 	// first; cumAuth[i] counts the authorized among the i newest.
 	times   []int64
 	cumAuth []int32
-	// segments counts them by currency (brand "") and by currency and
+	// segments are its answers by currency (brand "") and by currency and
 	// brand.
-	segments map[segmentKey]answerCounts
+	segments map[segmentKey]*segmentAnswers
+}
+
+// segmentAnswers are a connector's answers in one segment: their indexes
+// in its times, ascending, and cumAuth[i], the authorized among the
+// first i of them. So the segment's share of the connector's m newest
+// answers (a decision's window, answerWindow) is one binary search.
+type segmentAnswers struct {
+	pos     []int32
+	cumAuth []int32
 }
 
 type segmentKey struct{ currency, brand string }
@@ -216,25 +260,63 @@ func (a *connectorAnswers) all() answerCounts {
 	if a == nil {
 		return answerCounts{}
 	}
-	return answerCounts{authorized: int(a.cumAuth[len(a.times)]), answered: len(a.times)}
+	return a.newest(len(a.times))
 }
 
-// since counts the answers to attempts started at or after t.
-func (a *connectorAnswers) since(t time.Time) answerCounts {
+// newest counts the m newest answers (m at most len(times)).
+func (a *connectorAnswers) newest(m int) answerCounts {
 	if a == nil {
 		return answerCounts{}
 	}
-	at := t.UnixMicro()
-	n := sort.Search(len(a.times), func(i int) bool { return a.times[i] < at })
-	return answerCounts{authorized: int(a.cumAuth[n]), answered: n}
+	return answerCounts{authorized: int(a.cumAuth[m]), answered: m}
 }
 
-// add counts an answer (auth 1: authorized) in segment k.
-func (a *connectorAnswers) add(k segmentKey, auth int) {
-	c := a.segments[k]
-	c.authorized += auth
-	c.answered++
-	a.segments[k] = c
+// since counts, among the m newest answers, those to attempts started at
+// or after at (unix micros).
+func (a *connectorAnswers) since(at int64, m int) answerCounts {
+	if a == nil {
+		return answerCounts{}
+	}
+	n := sort.Search(m, func(i int) bool { return a.times[i] < at })
+	return a.newest(n)
+}
+
+// segment counts, among the m newest answers, those in segment k.
+func (a *connectorAnswers) segment(k segmentKey, m int) answerCounts {
+	if a == nil || a.segments[k] == nil {
+		return answerCounts{}
+	}
+	sa := a.segments[k]
+	n := sort.Search(len(sa.pos), func(i int) bool { return int(sa.pos[i]) >= m })
+	return answerCounts{authorized: int(sa.cumAuth[n]), answered: n}
+}
+
+// add appends an answer (auth 1: authorized) to the window, in segment
+// seg and in its currency's.
+func (a *connectorAnswers) add(started int64, auth int, seg segmentKey) {
+	i := len(a.times)
+	a.times = append(a.times, started)
+	a.cumAuth = append(a.cumAuth, a.cumAuth[i]+int32(auth))
+	a.addTo(segmentKey{seg.currency, ""}, i, auth)
+	if seg.brand != "" {
+		a.addTo(seg, i, auth)
+	}
+}
+
+// addTo counts the answer at index i of times in segment k.
+func (a *connectorAnswers) addTo(k segmentKey, i, auth int) {
+	sa := a.segments[k]
+	if sa == nil {
+		sa = &segmentAnswers{cumAuth: []int32{0}}
+		a.segments[k] = sa
+	}
+	sa.pos = append(sa.pos, int32(i))
+	sa.cumAuth = append(sa.cumAuth, sa.cumAuth[len(sa.cumAuth)-1]+int32(auth))
+}
+
+// newConnectorAnswers is an empty window.
+func newConnectorAnswers() *connectorAnswers {
+	return &connectorAnswers{cumAuth: []int32{0}, segments: map[segmentKey]*segmentAnswers{}}
 }
 
 // authRateSQL reads, for each of @connectors, its latest @window answered
@@ -263,35 +345,109 @@ type answerRow struct {
 	Brand      string    `db:"brand"`
 }
 
-// refreshAuthRates reads the scores (authRateSQL) into a new snapshot.
+// refreshAuthRates reads the scores (authRateSQL) into a new snapshot,
+// and keeps of the local answers only those its query may have missed.
 func (s *Service) refreshAuthRates(ctx context.Context) error {
 	now := s.now()
+	// Answers recorded up to mark were committed before the query starts,
+	// so its snapshot has them. Those recorded while it runs may be in it
+	// too and are kept all the same: counted twice until the next
+	// refresh, at most what this instance answers in one query's time; a
+	// tie the draws hardly notice, and never an answer lost.
+	a := s.authRates
+	a.localMu.Lock()
+	mark := a.seq
+	a.localMu.Unlock()
 	rows, _ := s.pool.Query(ctx, authRateSQL, NamedArgs{"connectors": s.connectorNames(),
-		"since": now.Add(-s.authRates.cfg.MaxAge), "window": s.authRates.cfg.Window})
+		"since": now.Add(-a.cfg.MaxAge), "window": a.cfg.Window})
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[answerRow])
 	if err != nil {
 		return internalf("read authorization rates: %w", err)
 	}
 	snap := &authRateSnapshot{at: now, connectors: map[string]*connectorAnswers{}}
 	for _, r := range got {
-		a := snap.connectors[r.Connector]
-		if a == nil {
-			a = &connectorAnswers{cumAuth: []int32{0}, segments: map[segmentKey]answerCounts{}}
-			snap.connectors[r.Connector] = a
+		c := snap.connectors[r.Connector]
+		if c == nil {
+			c = newConnectorAnswers()
+			snap.connectors[r.Connector] = c
 		}
 		auth := 0
 		if r.Authorized {
 			auth = 1
 		}
-		a.times = append(a.times, r.StartedAt.UnixMicro())
-		a.cumAuth = append(a.cumAuth, a.cumAuth[len(a.cumAuth)-1]+int32(auth))
-		a.add(segmentKey{r.Currency, ""}, auth)
-		if r.Brand != "" {
-			a.add(segmentKey{r.Currency, r.Brand}, auth)
+		c.add(r.StartedAt.UnixMicro(), auth, segmentKey{r.Currency, r.Brand})
+	}
+	a.localMu.Lock()
+	defer a.localMu.Unlock()
+	if old := a.snap.Load(); old != nil {
+		for name, l := range old.local {
+			// Oldest first: the answers after mark are a suffix.
+			n := len(l)
+			for n > 0 && l[n-1].seq > mark {
+				n--
+			}
+			if n < len(l) {
+				if snap.local == nil {
+					snap.local = map[string][]localAnswer{}
+				}
+				snap.local[name] = l[n:]
+			}
 		}
 	}
-	s.authRates.snap.Store(snap)
+	a.snap.Store(snap)
 	return nil
+}
+
+// answered adds an answer this instance recorded to the local answers,
+// while this instance routes by auth_rate (an idle one keeps none: its
+// first decision after the idle time reads the attempts table again
+// anyway, at the next refresh), unless its attempt started more than
+// MaxAge ago (it would not count in a window read now).
+func (a *authRates) answered(connector string, ans localAnswer, now time.Time) {
+	last := a.lastUse.Load()
+	if last == 0 || now.Sub(time.Unix(0, last)) > authRateIdle || ans.started < now.Add(-a.cfg.MaxAge).UnixMicro() {
+		return
+	}
+	a.localMu.Lock()
+	defer a.localMu.Unlock()
+	a.seq++
+	ans.seq = a.seq
+	next := &authRateSnapshot{}
+	if cur := a.snap.Load(); cur != nil {
+		*next = *cur
+	}
+	// A new map, since decisions may be reading the old one. The slice
+	// is appended to in place: every list stored so far for connector
+	// ends where this one does or before (only this, under localMu,
+	// appends, always to the latest), so the write is past what any
+	// reader sees; when full, append copies the newest Window answers.
+	local := make(map[string][]localAnswer, len(next.local)+1)
+	maps.Copy(local, next.local)
+	l := append(local[connector], ans)
+	local[connector] = l[max(0, len(l)-a.cfg.Window):]
+	next.local = local
+	a.snap.Store(next)
+}
+
+// learnAnswer counts in this instance's scores at once (answered) the
+// answer to p's current attempt that this instance just wrote to the
+// attempt's row: outcome, as attemptOutcome names it; only authorized
+// and declined count, as in authRateSQL. p is pending on that attempt,
+// so its updated_at is when the attempt started: createPaymentSQL and
+// failOverSQL write both from the same time, and nothing else changes a
+// pending payment's updated_at. An answer settled by the end of a
+// challenge (settleAction) is left to the refresh: it comes long after
+// the attempt started, often to another instance.
+func (s *Service) learnAnswer(p Payment, outcome string) {
+	if outcome != "authorized" && outcome != "declined" {
+		return
+	}
+	seg := segmentKey{currency: p.Currency}
+	if p.Card != nil {
+		seg.brand = p.Card.Brand
+	}
+	s.authRates.answered(p.Provider, localAnswer{started: p.UpdatedAt.UnixMicro(), authorized: outcome == "authorized",
+		segment: seg}, s.now())
 }
 
 // AuthRatesJob reads the connectors' authorization rates every Refresh
@@ -388,7 +544,9 @@ type ConnectorElimination struct {
 
 // AuthRateScores returns every configured connector's score in this
 // instance's latest snapshot and its eliminations, by name, and when the
-// snapshot was read (zero: never).
+// snapshot was read (zero: never). The scores are the attempts table's,
+// the same on every instance: a decision adds this instance's answers
+// since (answerWindow), which its stored scores show.
 func (s *Service) AuthRateScores() ([]ConnectorScore, time.Time) {
 	snap := s.authRates.snap.Load()
 	var at time.Time

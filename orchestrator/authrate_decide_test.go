@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,18 +16,13 @@ var RefreshAuthRates = (*Service).refreshAuthRates
 // a second back from end, authorized as auth says for the i-th newest, in
 // currency and brand.
 func answersOf(end time.Time, n int, auth func(i int) bool, currency, brand string) *connectorAnswers {
-	a := &connectorAnswers{cumAuth: []int32{0}, segments: map[segmentKey]answerCounts{}}
+	a := newConnectorAnswers()
 	for i := range n {
 		x := 0
 		if auth(i) {
 			x = 1
 		}
-		a.times = append(a.times, end.Add(-time.Duration(i)*time.Second).UnixMicro())
-		a.cumAuth = append(a.cumAuth, a.cumAuth[i]+int32(x))
-		a.add(segmentKey{currency, ""}, x)
-		if brand != "" {
-			a.add(segmentKey{currency, brand}, x)
-		}
+		a.add(end.Add(-time.Duration(i)*time.Second).UnixMicro(), x, segmentKey{currency, brand})
 	}
 	return a
 }
@@ -164,6 +160,126 @@ func TestAuthRateOrder(t *testing.T) {
 			}
 		}
 	})
+	t.Run("LocalAnswersAreTheWindowsNewest", func(t *testing.T) {
+		t.Parallel()
+		conns := map[string]*connectorAnswers{
+			"a": answersOf(now, 100, rate(950), "EUR", "visa"), "b": answersOf(now, 100, rate(900), "EUR", "visa")}
+		a := newRates(conns)
+		p := (&AuthRateOptions{EliminationGapPercent: 100}).params()
+		decide(a, p, choiceKey{1, 1, ""}, "first", "a", "b") // routes by auth_rate: answers are kept
+		for i := range 30 {
+			seg := segmentKey{"EUR", "visa"}
+			if i%3 == 0 {
+				seg = segmentKey{"USD", "visa"}
+			}
+			a.answered("a", localAnswer{started: now.Add(time.Duration(i) * time.Second).UnixMicro(), segment: seg}, now)
+		}
+		// a's window: its 30 declines, then the snapshot's 70 newest; in
+		// EUR and visa, 20 of the declines and those 70.
+		got := a.snap.Load().window("a", a.cfg.Window)
+		snap70 := int(conns["a"].cumAuth[70])
+		if c := got.all(); c != (answerCounts{snap70, 100}) {
+			t.Errorf("a's window: %+v, want %d of 100", c, snap70)
+		}
+		if c := got.segment(segmentKey{"EUR", "visa"}); c != (answerCounts{snap70, 90}) {
+			t.Errorf("a's EUR visa answers: %+v, want %d of 90", c, snap70)
+		}
+		if c := got.segment(segmentKey{"USD", ""}); c != (answerCounts{0, 10}) {
+			t.Errorf("a's USD answers: %+v, want 0 of 10", c)
+		}
+		if c := got.since(now.Add(20 * time.Second)); c != (answerCounts{0, 10}) {
+			t.Errorf("a's answers since the 21st decline: %+v, want 0 of 10", c)
+		}
+		_, d := decide(a, p, choiceKey{1, 1, ""}, "x", "a", "b")
+		if d.Level != levelCurrencyBrand || d.Scores[1].Connector != "a" || d.Scores[1].Answered != 90 {
+			t.Fatalf("decision %+v; want a second on its 90 EUR visa answers", d.Scores)
+		}
+		// At most Window local answers: the snapshot's drop out first.
+		for i := range 150 {
+			a.answered("a", localAnswer{started: now.UnixMicro(), authorized: true, segment: segmentKey{"EUR", ""}}, now)
+			if n := len(a.snap.Load().local["a"]); n != min(31+i, 100) {
+				t.Fatalf("%d local answers after %d", n, 31+i)
+			}
+		}
+		if c := a.snap.Load().window("a", a.cfg.Window).all(); c != (answerCounts{100, 100}) {
+			t.Errorf("a's window after 150 more authorized: %+v, want them alone", c)
+		}
+	})
+	t.Run("AnswersRecordedWhileDecisionsRead", func(t *testing.T) {
+		t.Parallel()
+		a := newRates(map[string]*connectorAnswers{
+			"a": answersOf(now, 100, rate(950), "EUR", ""), "b": answersOf(now, 100, rate(900), "EUR", "")})
+		p := (*AuthRateOptions)(nil).params()
+		decide(a, p, choiceKey{1, 1, ""}, "first", "a", "b")
+		// Under -race: decisions read the lists answered appends to.
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := range 300 {
+					if g < 2 {
+						a.answered([]string{"a", "b"}[g], localAnswer{started: now.UnixMicro(), authorized: i%2 == 0,
+							segment: segmentKey{"EUR", ""}}, now)
+						continue
+					}
+					_, d := decide(a, p, choiceKey{1, 1, ""}, fmt.Sprint(g, i), "a", "b")
+					if d.Scores[0].Answered != 100 || d.Scores[1].Answered != 100 {
+						t.Errorf("a decision saw %+v, want windows of 100", d.Scores)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, name := range []string{"a", "b"} {
+			if c := a.snap.Load().window(name, 100).all(); c != (answerCounts{50, 100}) {
+				t.Errorf("%s after 300 answers, every other authorized: %+v, want 50 of 100", name, c)
+			}
+		}
+	})
+	t.Run("NoLocalAnswersBeforeAnAuthRateDecision", func(t *testing.T) {
+		t.Parallel()
+		a := newRates(map[string]*connectorAnswers{})
+		a.answered("a", localAnswer{started: now.UnixMicro()}, now)
+		if snap := a.snap.Load(); len(snap.local) != 0 {
+			t.Fatalf("an instance not routing by auth_rate kept %+v", snap.local)
+		}
+	})
+	t.Run("LocalDeclinesEliminateAndProbesCountAtOnce", func(t *testing.T) {
+		t.Parallel()
+		now := now
+		a := newRates(map[string]*connectorAnswers{
+			"a": answersOf(now, 100, rate(950), "EUR", ""), "b": answersOf(now, 100, rate(900), "EUR", "")})
+		p := (&AuthRateOptions{EliminationCooldownSeconds: 60}).params()
+		key := choiceKey{1, 1, "r"}
+		if _, d := decideAt(now, a, p, key, "before", "a", "b"); d.Scores[1].State != AuthRateActive {
+			t.Fatalf("before any local answer: %+v", d.Scores)
+		}
+		// 40 declines on b: 54 of its 100 (the snapshot's 60 newest say
+		// 90 %), 41 points below a.
+		for range 40 {
+			a.answered("b", localAnswer{started: now.UnixMicro(), segment: segmentKey{"EUR", ""}}, now)
+		}
+		route, d := decideAt(now, a, p, key, "after", "a", "b")
+		if !slices.Equal(route, []string{"a", "b"}) || d.Scores[1].State != AuthRateEliminated || d.Scores[1].Answered != 100 {
+			t.Fatalf("after 40 declines on b: route %v, %+v; want b eliminated", route, d.Scores)
+		}
+		// After the cooldown b is probed; its probe's answers, here all
+		// authorized, bring it back without waiting for a refresh.
+		now = now.Add(time.Minute)
+		if _, d := decideAt(now, a, p, key, "probe", "a", "b"); d.Scores[len(d.Scores)-1].State != AuthRateProbing &&
+			d.Scores[0].State != AuthRateProbing {
+			t.Fatalf("after the cooldown: %+v, want b probing", d.Scores)
+		}
+		for i := range 30 {
+			a.answered("b", localAnswer{started: now.Add(time.Duration(i) * time.Second).UnixMicro(), authorized: true,
+				segment: segmentKey{"EUR", ""}}, now)
+		}
+		_, d = decideAt(now.Add(time.Minute), a, p, key, "back", "a", "b")
+		b := slices.IndexFunc(d.Scores, func(s CandidateScore) bool { return s.Connector == "b" })
+		if sc := d.Scores[b]; sc.State != AuthRateActive || sc.Answered != 30 || sc.Authorized != 30 {
+			t.Fatalf("b after 30 authorized probe answers: %+v, want active on them alone", sc)
+		}
+	})
 	t.Run("NoAnswersIsAnEvenDraw", func(t *testing.T) {
 		t.Parallel()
 		a := newAuthRates(AuthRateConfig{})
@@ -213,5 +329,54 @@ func BenchmarkAuthRateDecide(b *testing.B) {
 		if len(route) != 3 {
 			b.Fatal(route)
 		}
+	}
+}
+
+// BenchmarkAuthRateDecideWithLocalAnswers is BenchmarkAuthRateDecide at
+// its costliest: each connector's window wholly this instance's answers
+// since the snapshot (Window of them, each counted by a pass).
+func BenchmarkAuthRateDecideWithLocalAnswers(b *testing.B) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	a := newAuthRates(AuthRateConfig{})
+	a.snap.Store(&authRateSnapshot{at: now, connectors: map[string]*connectorAnswers{
+		"a": answersOf(now, 200, rate(950), "EUR", "visa"), "b": answersOf(now, 200, rate(900), "EUR", "visa"),
+		"c": answersOf(now, 200, rate(880), "EUR", "visa")}})
+	a.lastUse.Store(now.UnixNano())
+	cands := []string{"a", "b", "c"}
+	for i := range a.cfg.Window {
+		for j, name := range cands {
+			a.answered(name, localAnswer{started: now.UnixMicro(), authorized: (i+j)%10 != 0,
+				segment: segmentKey{"EUR", "visa"}}, now)
+		}
+	}
+	p := (*AuthRateOptions)(nil).params()
+	ids := make([]string, 1024)
+	for i := range ids {
+		ids[i] = PaymentID(1, fmt.Sprint(i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		in := RouteInput{PaymentID: ids[i%len(ids)], Currency: "EUR", CardBrand: "visa"}
+		route, d := a.order(choiceKey{1, 1, ""}, p, slices.Clone(cands), &in, now)
+		if len(route) != 3 || d.Scores[0].Answered != a.cfg.Window {
+			b.Fatal(route, d.Scores)
+		}
+	}
+}
+
+// BenchmarkAuthRateAnswered is what recording an answer adds to an
+// authorization's settlement: a new local list for its connector (copy on
+// write, at most Window answers) among three connectors.
+func BenchmarkAuthRateAnswered(b *testing.B) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	a := newAuthRates(AuthRateConfig{})
+	a.lastUse.Store(now.UnixNano())
+	cands := []string{"a", "b", "c"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		a.answered(cands[i%3], localAnswer{started: now.UnixMicro(), authorized: i%10 != 0,
+			segment: segmentKey{"EUR", "visa"}}, now)
 	}
 }

@@ -103,3 +103,140 @@ func TestAuthRateRouting(t *testing.T) {
 		}
 	})
 }
+
+// firstDecision authorizes 10.00 EUR under key and returns the payment's
+// first attempt, with the decision that routed it.
+func (e *moneyEnv) firstDecision(t *testing.T, key string) orchestrator.Attempt {
+	t.Helper()
+	e.clk.Add(time.Second)
+	a := e.authorize(t, key, `{"amount_minor":1000,"currency":"EUR"}`)
+	if a.out.Payment.ID == "" {
+		t.Fatalf("payment %s: %v", key, a.err)
+	}
+	as, err := e.svc.Attempts(context.Background(), orchestrator.Scope{}, a.out.Payment.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := as[0].Routing; d == nil || d.Strategy != orchestrator.StrategyAuthRate || d.Chosen != as[0].Connector {
+		t.Fatalf("payment %s: attempt on %s explained as %+v", key, as[0].Connector, d)
+	}
+	return as[0]
+}
+
+// scoreOf is connector's candidate score in decision d.
+func scoreOf(t *testing.T, d *orchestrator.RoutingDecision, connector string) orchestrator.CandidateScore {
+	t.Helper()
+	for _, sc := range d.Scores {
+		if sc.Connector == connector {
+			return sc
+		}
+	}
+	t.Fatalf("%s not among the candidates of %+v", connector, d)
+	return orchestrator.CandidateScore{}
+}
+
+// TestAuthRateLearnsFromItsOwnAnswers: the scores read by a refresh are
+// not the only evidence; an instance's decisions count the answers it
+// recorded itself since, at once. No refresher runs here unless a test
+// calls one, so whatever moves the order is this instance's own answers.
+func TestAuthRateLearnsFromItsOwnAnswers(t *testing.T) {
+	t.Parallel()
+	small := func(c *orchestrator.Config) {
+		c.AuthRate = orchestrator.AuthRateConfig{Window: 20, MinAnswers: 10}
+	}
+	zero := 0
+	// No exploration and no elimination: the order is the draws' alone.
+	scoresOnly := &orchestrator.AuthRateOptions{ExplorationPercent: &zero, EliminationGapPercent: 100}
+	t.Run("ADecliningConnectorLosesFirstPlaceWithoutARefresh", func(t *testing.T) {
+		t.Parallel()
+		e := newConnectorWorld(t, 0, small, "fake_a", "fake_b").newTenant(t)
+		e.declineRate(t, "fake_b", 0.5, 2)
+		e.routeByAuthRate(t, scoresOnly, "fake_b", "fake_a")
+		onA := 0
+		for i := range 40 {
+			if at := e.firstDecision(t, fmt.Sprint("before-", i)); i >= 20 && at.Connector == "fake_a" {
+				onA++
+			}
+		}
+		// Fixed seeds: exact outcomes. Without its own answers the
+		// instance has no scores at all and splits evenly (about 10).
+		t.Logf("fake_a first in %d of payments 21 to 40", onA)
+		if onA < 18 {
+			t.Fatalf("fake_a (all authorized) first in %d of payments 21 to 40 against fake_b (half declined); want 18 or more",
+				onA)
+		}
+		// fake_a now declines every payment (hard: no failover).
+		e.declineRate(t, "fake_a", 1, 1)
+		onB, last := 0, orchestrator.Attempt{}
+		for i := range 40 {
+			last = e.firstDecision(t, fmt.Sprint("after-", i))
+			if i >= 20 && last.Connector == "fake_b" {
+				onB++
+			}
+		}
+		// 18 here: fake_a keeps the lead for its first 7 declines, then
+		// its draws fall below fake_b's in most payments (an even split,
+		// about 10, without the instance's own answers).
+		t.Logf("fake_b first in %d of payments 21 to 40 after fake_a's drop", onB)
+		if onB < 16 {
+			t.Fatalf("fake_b first in %d of payments 21 to 40 after fake_a started declining; want 16 or more", onB)
+		}
+		// The window stays Window answers: the local ones and the rest.
+		if sc := scoreOf(t, last.Routing, "fake_a"); sc.Answered != 20 || sc.Authorized >= 10 {
+			t.Fatalf("fake_a's score after its drop: %+v, want a window of 20 answers, mostly declines", sc)
+		}
+	})
+	t.Run("ASoftDeclineCountsAgainstItsConnectorAtOnce", func(t *testing.T) {
+		t.Parallel()
+		e := newConnectorWorld(t, 0, small, "fake_a", "fake_b").newTenant(t)
+		err := e.fakes["fake_a"].InjectFault(context.Background(), fake.Fault{Operation: fake.OpAuthorize,
+			Kind: fake.FaultDeclineRate, Probability: 1, Seed: 1, DeclineCode: "processing_error"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.routeByAuthRate(t, scoresOnly, "fake_a", "fake_b")
+		// Until a payment goes first to fake_a, declined there and
+		// authorized on fake_b by failover.
+		var i int
+		for i = 0; i < 20 && e.firstDecision(t, fmt.Sprint("soft-", i)).Connector != "fake_a"; i++ {
+		}
+		if i == 20 {
+			t.Fatal("no payment of 20 went first to fake_a")
+		}
+		before := scoreOf(t, e.firstDecision(t, fmt.Sprint("soft-", i+1)).Routing, "fake_a")
+		if before.Answered != 1 || before.Authorized != 0 {
+			t.Fatalf("fake_a's score after its soft decline: %+v, want 0 of 1", before)
+		}
+	})
+	t.Run("ARefreshCountsEachAnswerOnceAndSharesIt", func(t *testing.T) {
+		t.Parallel()
+		w := newConnectorWorld(t, 0, small, "fake_a", "fake_b")
+		e := w.newTenant(t)
+		e.routeByAuthRate(t, scoresOnly, "fake_a", "fake_b")
+		total := func(d *orchestrator.RoutingDecision) int {
+			return scoreOf(t, d, "fake_a").Answered + scoreOf(t, d, "fake_b").Answered
+		}
+		for i := range 5 {
+			e.firstDecision(t, fmt.Sprint("once-", i))
+		}
+		if n := total(e.firstDecision(t, "once-5").Routing); n != 5 {
+			t.Fatalf("sixth decision counted %d answers, want this instance's 5", n)
+		}
+		// Another instance on the same database learns them by its refresh.
+		other := *w
+		other.svc = w.instance()
+		if err := orchestrator.RefreshAuthRates(other.svc, context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := orchestrator.RefreshAuthRates(e.svc, context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := total(e.firstDecision(t, "once-6").Routing); n != 6 {
+			t.Fatalf("after a refresh, a decision counted %d answers, want the 6 recorded, each once", n)
+		}
+		e2 := &moneyEnv{moneyWorld: &other, tenant: e.tenant}
+		if n := total(e2.firstDecision(t, "once-7").Routing); n != 6 {
+			t.Fatalf("another instance after its refresh counted %d answers, want the 6 of the first", n)
+		}
+	})
+}

@@ -64,15 +64,82 @@ const (
 	levelCurrencyBrand = "currency_brand"
 )
 
+// answerWindow is a connector's window as a decision sees it: this
+// instance's answers since the snapshot (local, counted as the newest
+// whatever their start), then the snapshot's m newest (snap), Window in
+// all. Counting it is a pass over local (at most Window answers, usually
+// a Refresh's worth) and binary searches in snap.
+type answerWindow struct {
+	snap  *connectorAnswers
+	local []localAnswer
+	m     int
+}
+
+// window is connector name's window of at most size answers in s (nil:
+// none read yet).
+func (s *authRateSnapshot) window(name string, size int) answerWindow {
+	if s == nil {
+		return answerWindow{}
+	}
+	w := answerWindow{snap: s.connectors[name], local: s.local[name]}
+	if w.snap != nil {
+		w.m = max(0, min(len(w.snap.times), size-len(w.local)))
+	}
+	return w
+}
+
+// all counts every answer in the window.
+func (w answerWindow) all() answerCounts {
+	c := w.snap.newest(w.m)
+	for i := range w.local {
+		c.count(w.local[i].authorized)
+	}
+	return c
+}
+
+// since counts the answers to attempts started at or after t.
+func (w answerWindow) since(t time.Time) answerCounts {
+	at := t.UnixMicro()
+	c := w.snap.since(at, w.m)
+	for i := range w.local {
+		if w.local[i].started >= at {
+			c.count(w.local[i].authorized)
+		}
+	}
+	return c
+}
+
+// segment counts the answers in segment k (brand "": every brand of the
+// currency).
+func (w answerWindow) segment(k segmentKey) answerCounts {
+	c := w.snap.segment(k, w.m)
+	for i := range w.local {
+		if s := w.local[i].segment; s.currency == k.currency && (k.brand == "" || s.brand == k.brand) {
+			c.count(w.local[i].authorized)
+		}
+	}
+	return c
+}
+
+// count adds an answer.
+func (c *answerCounts) count(authorized bool) {
+	c.answered++
+	if authorized {
+		c.authorized++
+	}
+}
+
 // candidate is a connector being ordered by authRateOrder.
 type candidate struct {
 	name    string
-	answers *connectorAnswers
+	answers answerWindow
 	state   EliminationState
 	// forgetting: answers before the connector's probe do not count.
 	forgetting bool
 	counts     answerCounts
-	draw       float64
+	// segment is its counts at the level being tried (level).
+	segment answerCounts
+	draw    float64
 }
 
 // order decides an auth_rate choice: candidates are the choice's
@@ -84,10 +151,7 @@ func (a *authRates) order(key choiceKey, p authRateParams, candidates []string, 
 	snap := a.snap.Load()
 	cs := make([]candidate, len(candidates))
 	for i, name := range candidates {
-		cs[i].name = name
-		if snap != nil {
-			cs[i].answers = snap.connectors[name]
-		}
+		cs[i].name, cs[i].answers = name, snap.window(name, a.cfg.Window)
 	}
 	a.judge(key, p, cs, now)
 	d := &RoutingDecision{Strategy: StrategyAuthRate, Rule: key.rule, Version: key.version,
@@ -155,8 +219,9 @@ func (a *authRates) order(key choiceKey, p authRateParams, candidates []string, 
 }
 
 // judge moves the candidates' elimination states in the choice key on
-// from their connector-level counts, and sets each candidate's state and
-// counts.
+// from their connector-level counts (this instance's answers since the
+// snapshot included: a probe's answers count at once), and sets each
+// candidate's state and counts.
 func (a *authRates) judge(key choiceKey, p authRateParams, cs []candidate, now time.Time) {
 	st := a.choice(key)
 	st.mu.Lock()
@@ -219,7 +284,8 @@ func (a *authRates) level(cs []candidate, in *RouteInput) string {
 				continue
 			}
 			n++
-			if cs[i].forgetting || cs[i].answers == nil || cs[i].answers.segments[l.k].answered < a.cfg.MinAnswers {
+			cs[i].segment = cs[i].answers.segment(l.k)
+			if cs[i].forgetting || cs[i].segment.answered < a.cfg.MinAnswers {
 				enough = false
 				break
 			}
@@ -227,7 +293,7 @@ func (a *authRates) level(cs []candidate, in *RouteInput) string {
 		if enough && n > 0 {
 			for i := range cs {
 				if cs[i].state == AuthRateActive {
-					cs[i].counts = cs[i].answers.segments[l.k]
+					cs[i].counts = cs[i].segment
 				}
 			}
 			return l.level

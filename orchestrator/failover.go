@@ -359,6 +359,9 @@ func (s *Service) failOver(ctx context.Context, p Payment, call *providerCall, h
 		s.callNotRecorded(ctx, p, call, err)
 		return Payment{}, false, internalf("fail over payment %s: %w", p.ID, err)
 	}
+	// Either statement wrote the answer to p's attempt (a soft decline
+	// counts against its connector even though the payment goes on).
+	s.learnAnswer(p, attemptOutcome(hold, callErr))
 	if advanced {
 		s.logger.InfoContext(ctx, "payment failed over to the next connector", "payment_id", p.ID,
 			"from", p.Provider, "to", next, "attempt", moved.Attempt, "reason", reason)
