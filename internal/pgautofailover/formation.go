@@ -432,9 +432,11 @@ func (f *Formation) Primary(ctx context.Context) (*Node, error) {
 
 // PerformFailover runs `pg_autoctl perform failover`: the monitor demotes
 // the primary and promotes a standby, and the command returns once the new
-// primary is in place.
+// primary is in place. It waits up to 120 s: on a loaded machine the
+// formation's state changes take well over pg_autoctl's default 60 s
+// (a run with load average 17 timed out at 60 s in report_lsn).
 func (f *Formation) PerformFailover(ctx context.Context) error {
-	_, err := f.run(ctx, "perform", "failover", "--pgdata", f.monitor.PGData, "--wait", "60")
+	_, err := f.run(ctx, "perform", "failover", "--pgdata", f.monitor.PGData, "--wait", "120")
 	return err
 }
 
