@@ -212,6 +212,11 @@ func subjectOf(d reconcile.Discrepancy) string {
 	case reconcile.PayoutMissingInBank, reconcile.PayoutAmountMismatch:
 		return d.Category + " " + deref(d.ProviderRef)
 	case reconcile.BankCreditUnmatched:
+		// Of two credits of one payout, alike but for the bank's
+		// reference, either is the second: the finding names the payout.
+		if of, ok := d.Detail["duplicate_of"].(map[string]any); ok {
+			return d.Category + " " + s("reason") + " " + fmt.Sprint(of["payout_id"])
+		}
 		return d.Category + " " + s("reason") + " " + s("bank_reference")
 	}
 	return d.Category + " " + deref(d.PaymentID) + " " + d.Field
@@ -320,7 +325,7 @@ func plantBank(t *testing.T, e *env, rng *rand.Rand) []string {
 	again.bkRef = "BK-DUP-" + dup.ID
 	lines = append(lines, again)
 	want := []string{reconcile.PayoutMissingInBank + " " + missing.ID, reconcile.PayoutAmountMismatch + " " + short.ID,
-		reconcile.BankCreditUnmatched + " duplicate " + again.bkRef}
+		reconcile.BankCreditUnmatched + " duplicate " + dup.ID}
 	for i := range 1 + rng.IntN(2) {
 		l := stmtLine{booking: randArrive, amount: 1_000_000_000 + rng.Int64N(1_000_000_000),
 			currency: randCurrencies[rng.IntN(len(randCurrencies))], dc: "CRDT", reference: fmt.Sprintf("SUPPLIER %d", i),
