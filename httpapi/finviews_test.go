@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payorch/payorch/httpapi"
@@ -288,4 +289,89 @@ func TestFinanceMoneyViewsAPI(t *testing.T) {
 	if _, status := get(base, e.keys[orchestrator.RoleAdmin]); status != 200 {
 		t.Fatalf("admin reads a payout: %d", status)
 	}
+}
+
+// TestConsoleMoneyInBrowser: finance opens a day with money drifts and a
+// bank statement: the run's summary table shows the day's money, paid
+// out and in the bank, formatted in each currency; the category filter
+// offers the money categories and narrows to one; a finding's payout
+// link opens the payout's page, whose items name their payments, each a
+// link to the payment's page.
+func TestConsoleMoneyInBrowser(t *testing.T) {
+	t.Parallel()
+	b := newTab(t)
+	e := newMigratedEnv(t, httpapi.Config{})
+	md := newMoneyDay(t, e)
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	eur := md.paid["EUR"]
+
+	b.do(t, "sign in",
+		chromedp.Navigate(e.url+"/console/"),
+		chromedp.WaitVisible(css(`#api_key`)),
+		chromedp.SendKeys(css(`#api_key`), e.keys[orchestrator.RoleFinance]),
+		chromedp.Click(css(`#signin button`)),
+		chromedp.WaitVisible(css(`#signout`)),
+		chromedp.Navigate(fmt.Sprintf("%s/console/runs/%d", e.url, md.runID)),
+		chromedp.WaitVisible(css(`#summary`)),
+	)
+	b.screenshot(t, "money-01-run")
+	mustContain(t, "EUR summary", b.text(t, `#summary-EUR`), "EUR", "300.00\u00a0EUR", "4.70\u00a0EUR", "295.30\u00a0EUR",
+		formatEUR(eur.AmountMinor-1), formatEUR(md.arriving["EUR"].AmountMinor), "payout_unexplained: 1")
+	mustContain(t, "USD summary", b.text(t, `#summary-USD`), "0.00\u00a0USD", "payout_missing_in_bank: 1")
+	options := b.text(t, `#category`)
+	for _, c := range []string{"fee_mismatch", "payout_unexplained", "payout_item_unknown", "not_paid_out",
+		"payout_missing_in_bank", "payout_amount_mismatch", "bank_credit_unmatched"} {
+		mustContain(t, "category filter", options, c)
+	}
+
+	b.do(t, "filter",
+		chromedp.SetValue(css(`#category`), "payout_unexplained"),
+		chromedp.Click(css(`#filters button`)),
+		chromedp.WaitVisible(css(`#discrepancies a.payout`)),
+	)
+	b.screenshot(t, "money-02-filtered")
+	rows := b.text(t, `#discrepancies tbody`)
+	mustContain(t, "filtered", rows, "payout_unexplained", formatEUR(eur.AmountMinor), formatEUR(eur.AmountMinor-1), "−0.01\u00a0EUR")
+	if strings.Contains(rows, "payout_missing_in_bank") {
+		t.Fatalf("the filter lets another category through:\n%s", rows)
+	}
+
+	b.do(t, "payout page",
+		chromedp.Click(css(`#discrepancies a.payout`)),
+		chromedp.WaitVisible(css(`#items`)),
+	)
+	b.screenshot(t, "money-03-payout")
+	mustContain(t, "payout", b.text(t, `#payout`), formatEUR(eur.AmountMinor-1), eur.Reference)
+	mustContain(t, "sum check", b.text(t, `#sumcheck`), "3", formatEUR(eur.AmountMinor), "−0.01\u00a0EUR", "unexplained")
+	items := b.text(t, `#items`)
+	for _, p := range md.items {
+		mustContain(t, "items", items, p.id, p.ref, formatEUR(p.amount))
+	}
+	// Two items a page: the next page has the third.
+	b.do(t, "paged",
+		chromedp.Navigate(e.url+"/console/payouts/fake/"+eur.ID+"?limit=2"),
+		chromedp.WaitVisible(css(`#next`)),
+		chromedp.Click(css(`#next`)),
+		chromedp.WaitNotPresent(css(`#next`)),
+	)
+	if page2 := b.text(t, `#items`); !strings.Contains(page2, md.items[2].id) || strings.Contains(page2, md.items[0].id) {
+		t.Fatalf("the second page:\n%s", page2)
+	}
+	b.do(t, "payment page",
+		chromedp.Navigate(e.url+"/console/payouts/fake/"+eur.ID),
+		chromedp.WaitVisible(css(`#items`)),
+		chromedp.Click(css(`#items a.payment`)),
+		chromedp.WaitVisible(css(`#operations`)), // seeded: no operations, no events
+	)
+	b.screenshot(t, "money-04-payment")
+	mustContain(t, "payment page", b.text(t, `main`), md.items[0].id, "1,234.56\u00a0EUR")
+}
+
+// formatEUR writes minor units of EUR as the console does.
+func formatEUR(minor int64) string {
+	s := fmt.Sprintf("%d.%02d\u00a0EUR", minor/100, minor%100)
+	if minor >= 100_000 {
+		s = fmt.Sprintf("%d,%03d.%02d\u00a0EUR", minor/100_000, minor/100%1000, minor%100)
+	}
+	return s
 }
