@@ -241,11 +241,12 @@ func findPayout(ctx context.Context, mr providers.MoneyReporter, anchor time.Tim
 }
 
 // providerReadError is the answer to a listing of the provider that
-// failed: not_found for a payout it does not know, provider_unavailable
+// failed: not_found when the provider refused it (it knows no such
+// payout, or no payout could have such an id), provider_unavailable
 // otherwise (the cause goes to the log, not the client).
 func providerReadError(err error, what string) error {
 	var pe *providers.Error
-	if errors.As(err, &pe) && pe.Kind == providers.KindRejected && pe.Code == providers.CodeNotFound {
+	if errors.As(err, &pe) && pe.Kind == providers.KindRejected {
 		return orchestrator.Errorf(orchestrator.CodeNotFound, "the connector has no %s", what)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -57,13 +58,28 @@ const latestSucceededSQL = `SELECT ` + runCols + ` FROM reconciliation_runs
 
 // DaySummary summarises the latest succeeded run of (provider, date)
 // (from the replica when it has caught up). Errors: validation_failed
-// (provider or business_date), not_found (no succeeded run of the day).
+// (provider or business_date missing or malformed, a date that has not
+// begun), not_found (no succeeded run of the day).
 func (r *Reconciler) DaySummary(ctx context.Context, provider, date string) (DaySummary, error) {
-	if provider == "" || len(provider) > 100 {
-		return DaySummary{}, orchestrator.ParamError("provider", "provider is required (up to 100 characters)")
+	// What is given is checked before what is missing, so that the error
+	// names the parameter that is wrong.
+	if len(provider) > 100 {
+		return DaySummary{}, orchestrator.ParamError("provider", "provider must be up to 100 characters")
 	}
-	if _, err := ParseDate(date); err != nil {
-		return DaySummary{}, orchestrator.ParamError("business_date", "business_date must be a day as YYYY-MM-DD, from 2000-01-01")
+	if date != "" {
+		d, err := ParseDate(date)
+		if err != nil {
+			return DaySummary{}, orchestrator.ParamError("business_date", "business_date must be a day as YYYY-MM-DD, from 2000-01-01")
+		}
+		if y, m, dd := d.Date(); !time.Date(y, m, dd, 0, 0, 0, 0, r.loc).Before(r.now()) {
+			return DaySummary{}, orchestrator.ParamError("business_date", "%s has not begun yet in %s", date, r.loc)
+		}
+	}
+	switch {
+	case provider == "":
+		return DaySummary{}, orchestrator.ParamError("provider", "provider is required")
+	case date == "":
+		return DaySummary{}, orchestrator.ParamError("business_date", "business_date is required")
 	}
 	var sum DaySummary
 	err := r.read(ctx, func(conn *pgxpool.Conn) error {
