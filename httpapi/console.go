@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/payorch/payorch/orchestrator"
+	"github.com/payorch/payorch/reconcile"
 )
 
 // The web console (SPEC: Web console): server-rendered pages under
@@ -74,6 +75,9 @@ func parseConsolePages() map[string]*template.Template {
 		"opchange":   operationChange,
 		"routing":    routingText,
 		"expiresIn":  expiresIn,
+		"payoutLink": discrepancyPayout,
+		"moneyp":     moneyPtr,
+		"moneyCats":  func() []string { return reconcile.MoneyCategories },
 	}
 	// Every page has the layout and the shared partials (chart.html).
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(consoleFiles,
@@ -173,6 +177,7 @@ func (s *Server) consoleRouter() *echo.Echo {
 		a.GET("/runs/:id", s.consoleRun, finance)
 		a.GET("/runs/:id/discrepancies.csv", s.consoleRunCSV, finance)
 		a.POST("/discrepancies/:id/resolve", s.consoleResolve, finance)
+		a.GET("/payouts/:connector/:payout_id", s.consolePayout, finance)
 	}
 	notFound := func(c echo.Context) error {
 		// No route template: the request is "unmatched" in metrics, like

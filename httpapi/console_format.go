@@ -133,11 +133,15 @@ func formatMillis(p *float64) string {
 
 // discrepancyValue shows an expected or actual value of a discrepancy: an
 // amount (minor units in the discrepancy's currency; a part_mismatch's
-// are amounts or "absent"; a fee_mismatch's fees and a payout_unexplained's
-// sums are amounts too) formatted as money, anything else as it is.
+// are amounts or "absent"; a fee_mismatch's fees, a payout_unexplained's
+// sums, a payout's amount and its bank line's, a payout missing in the
+// bank's expected amount and an unmatched credit's amount are amounts
+// too) formatted as money, anything else ("absent", "a payout", "none")
+// as it is.
 func discrepancyValue(d reconcile.Discrepancy, v string) string {
 	switch d.Category {
-	case reconcile.AmountMismatch, reconcile.PartMismatch, reconcile.FeeMismatch, reconcile.PayoutUnexplained:
+	case reconcile.AmountMismatch, reconcile.PartMismatch, reconcile.FeeMismatch, reconcile.PayoutUnexplained,
+		reconcile.PayoutMissingInBank, reconcile.PayoutAmountMismatch, reconcile.BankCreditUnmatched:
 	default:
 		return v
 	}

@@ -98,8 +98,8 @@ func TestConsoleOperationChange(t *testing.T) {
 	}
 }
 
-// The amounts of amount_mismatch, part_mismatch, fee_mismatch and
-// payout_unexplained show as money; a side a part is absent from, and the
+// The amounts of amount_mismatch, part_mismatch, fee_mismatch,
+// payout_unexplained and the bank's categories show as money; a side a part is absent from, and the
 // values of other categories, as they are.
 func TestConsoleDiscrepancyValues(t *testing.T) {
 	t.Parallel()
@@ -114,6 +114,12 @@ func TestConsoleDiscrepancyValues(t *testing.T) {
 		{reconcile.FeeMismatch, "EUR", "39", "0.39\u00a0EUR"},
 		{reconcile.PayoutUnexplained, "EUR", "582400", "5,824.00\u00a0EUR"},
 		{reconcile.NotPaidOut, "EUR", "none", "none"},
+		{reconcile.PayoutMissingInBank, "EUR", "582400", "5,824.00\u00a0EUR"},
+		{reconcile.PayoutMissingInBank, "EUR", "absent", "absent"},
+		{reconcile.PayoutAmountMismatch, "GBP", "4499", "44.99\u00a0GBP"},
+		{reconcile.BankCreditUnmatched, "JPY", "77777", "77,777\u00a0JPY"},
+		{reconcile.BankCreditUnmatched, "EUR", "a payout", "a payout"},
+		{reconcile.PayoutItemUnknown, "EUR", "1050", "1050"},
 	} {
 		d := reconcile.Discrepancy{Category: tc.category, Currency: tc.currency}
 		if got := discrepancyValue(d, tc.v); got != tc.want {

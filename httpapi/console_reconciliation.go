@@ -82,7 +82,10 @@ func openDiscrepancyChart(days []reconcile.DayCount) (svgChart, int64) {
 
 // runPage is the data of one run's page.
 type runPage struct {
-	Run           reconcile.Run
+	Run reconcile.Run
+	// Summary is the run's money by currency; nil when the run did not
+	// succeed or its provider reports no money and has no bank account.
+	Summary       *reconcile.DaySummary
 	Discrepancies []reconcile.Discrepancy
 	More          bool
 	Category      string
@@ -134,6 +137,13 @@ func (s *Server) renderRun(c echo.Context, status int, f reconcile.DiscrepancyFi
 		return s.consoleError(c, err)
 	}
 	page.Run, page.Discrepancies, page.More = run, ds, more
+	if run.Status == "succeeded" && (run.Settlement != nil || run.Bank != nil) {
+		sum, err := s.rec.RunSummary(ctx, run)
+		if err != nil {
+			return s.consoleError(c, err)
+		}
+		page.Summary = &sum
+	}
 	page.Category, page.State, page.Change = f.Category, f.State, f.Change
 	page.CSRF = consoleSessionOf(c).CSRF
 	q := url.Values{}

@@ -69,8 +69,10 @@ type routeSpec struct {
 	roles []orchestrator.Role
 	// path holds a valid value of each path parameter.
 	path map[string]string
-	// query names the query parameters the route reads.
-	query []string
+	// query names the query parameters the route reads; baseQuery holds
+	// valid values of those a valid request needs (a probe replaces one).
+	query     []string
+	baseQuery map[string]string
 	// accept lists extra Accept headers to try the query with.
 	accept []string
 	// body holds the members of a valid JSON body (raw JSON values); fields
@@ -352,6 +354,11 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /v1/reconciliation/runs/:id": {roles: as(finance), path: map[string]string{"id": runID}},
 		"GET /v1/reconciliation/runs/:id/discrepancies": {roles: as(finance), path: map[string]string{"id": runID},
 			query: []string{"type", "status", "change", "limit", "starting_after"}, accept: []string{"text/csv"}},
+		"GET /v1/reconciliation/summary": {roles: as(finance), query: []string{"provider", "business_date"},
+			baseQuery: map[string]string{"provider": "fake", "business_date": today}},
+		// A payout the fake does not know: each page asks the fake.
+		"GET /v1/reconciliation/payouts/:connector/:payout_id": {roles: as(finance),
+			path: map[string]string{"connector": "fake", "payout_id": "fpo_hostile"}, query: []string{"limit", "starting_after"}},
 		"POST /v1/reconciliation/discrepancies/:id/resolve": {roles: as(finance), path: map[string]string{"id": discID},
 			body: map[string]string{"note": `"checked"`}, fields: map[string]kind{"note": text}},
 		"GET /v1/tenants/:id/routing": {roles: as(admin), path: map[string]string{"id": tenantID}},
@@ -413,12 +420,29 @@ func (h *hostileEnv) routeSpecs(authorized, captured payment, run runJSON, discr
 		"GET /console/tenants":      {roles: as(admin)},
 		"GET /console/tenants/:id":  {roles: as(admin), path: map[string]string{"id": tenantID}},
 		"GET /console/runs/:id":     {roles: as(finance), path: map[string]string{"id": runID}, query: []string{"category", "state", "change", "resolved"}},
+		"GET /console/payouts/:connector/:payout_id": {roles: as(finance),
+			path: map[string]string{"connector": "fake", "payout_id": "fpo_hostile"}, query: []string{"limit", "after"}},
 		"GET /console/runs/:id/discrepancies.csv": {roles: as(finance), path: map[string]string{"id": runID},
 			query: []string{"category", "state", "change"}},
 		"POST /console/discrepancies/:id/resolve": {roles: as(finance), path: map[string]string{"id": discID}, csrf: true,
 			form:      map[string]string{"note": "checked", "category": "amount_mismatch", "state": "open", "change": "new"},
 			formKinds: map[string]kind{"csrf_token": token, "note": text, "category": lenient, "state": lenient, "change": lenient}},
 	}
+}
+
+// withQuery is the raw query of base's parameters with name set to raw
+// (already escaped; name "" sets none).
+func withQuery(base map[string]string, name, raw string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(base)) {
+		if k != name {
+			parts = append(parts, url.QueryEscape(k)+"="+url.QueryEscape(base[k]))
+		}
+	}
+	if name != "" {
+		parts = append(parts, name+"="+raw)
+	}
+	return strings.Join(parts, "&")
 }
 
 // probes are the hostile requests for one route: its valid request with
@@ -477,7 +501,8 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 			header["Content-Type"] = "application/json"
 			body = []byte(joinBody(spec.body))
 		}
-		base := probe{method: method, path: buildPath("", ""), header: header, body: body, console: console}
+		base := probe{method: method, path: buildPath("", ""), query: withQuery(spec.baseQuery, "", ""), header: header,
+			body: body, console: console}
 		add := func(what, input string, mutate func(p *probe)) {
 			p := base
 			p.header = map[string]string{}
@@ -519,7 +544,7 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 				}
 				for _, raw := range append(raws, rawQuery...) {
 					add(fmt.Sprintf("query %s=%.40q accept %q", name, raw, accept), name, func(p *probe) {
-						p.query = name + "=" + raw
+						p.query = withQuery(spec.baseQuery, name, raw)
 						if accept != "" {
 							p.header["Accept"] = accept
 						}
@@ -528,7 +553,7 @@ func (h *hostileEnv) probes(route string, spec routeSpec) []probe {
 			}
 		}
 		for _, u := range unstorable {
-			add(fmt.Sprintf("query name %.40q", u), "", func(p *probe) { p.query = url.QueryEscape(u) + "=1" })
+			add(fmt.Sprintf("query name %.40q", u), "", func(p *probe) { p.query = withQuery(spec.baseQuery, url.QueryEscape(u), "1") })
 		}
 
 		if (post || put) && !console {

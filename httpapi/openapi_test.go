@@ -612,6 +612,15 @@ func TestOpenAPIContract(t *testing.T) {
 			Field: fake.AmountAuthorized, AmountMinor: 800}); err != nil {
 			t.Fatal(err)
 		}
+		// Two captures of five days ago at the fake, of nobody's: a payout
+		// of two items (the run's listing makes it).
+		fiveDaysAgo := time.Now().UTC().AddDate(0, 0, -5)
+		if n, err := ct.fake.Seed(ctx, slices.Values([]fake.SeedHold{
+			{Status: providers.StatusCaptured, AmountMinor: 1200, CapturedMinor: 1200, Currency: "EUR", CreatedAt: fiveDaysAgo},
+			{Status: providers.StatusCaptured, AmountMinor: 3400, CapturedMinor: 3400, Currency: "EUR", CreatedAt: fiveDaysAgo},
+		})); err != nil || n != 2 {
+			t.Fatalf("seeded %d: %v", n, err)
+		}
 		body := `{"provider":"fake","date":"` + time.Now().UTC().Format(time.DateOnly) + `"}`
 		res, b = ct.do(t, call{method: "POST", path: "/v1/reconciliation/runs", apiKey: finance, idemKey: "r-1", body: body})
 		wantStatus(t, res, b, 202)
@@ -670,6 +679,8 @@ func TestOpenAPIContract(t *testing.T) {
 		wantProblem(t, res, b, 404, "not_found")
 		res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/runs", apiKey: support})
 		wantProblem(t, res, b, 403, "forbidden")
+
+		contractMoneyViews(t, ct, finance)
 
 		resolve := fmt.Sprintf("/v1/reconciliation/discrepancies/%d/resolve", ds.Data[0].ID)
 		res, b = ct.do(t, call{method: "POST", path: resolve, apiKey: finance, idemKey: "res-1", body: `{"note":"provider corrected it"}`})
@@ -838,4 +849,54 @@ func TestOpenAPIContract(t *testing.T) {
 			t.Errorf("no flow exercises %s", op)
 		}
 	}
+}
+
+// contractMoneyViews is the money views' part of the contract test: the
+// summary of the day just reconciled, and the payout of the captures
+// seeded days ago, whole and page by page.
+func contractMoneyViews(t *testing.T, ct *contract, finance string) {
+	today := time.Now().UTC().Format(time.DateOnly)
+	res, b := ct.do(t, call{method: "GET", path: "/v1/reconciliation/summary?provider=fake&business_date=" + today, apiKey: finance})
+	wantStatus(t, res, b, 200)
+	res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/summary?provider=fake&business_date=2001-01-01", apiKey: finance})
+	wantProblem(t, res, b, 404, "not_found")
+	res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/summary?business_date=" + today, apiKey: finance, offContract: true})
+	wantProblem(t, res, b, 400, "validation_failed")
+
+	var payouts []providers.Payout
+	err := ct.fake.Payouts(context.Background(), providers.ReportRequest{From: time.Now().AddDate(0, 0, -10), To: time.Now()},
+		func(p providers.Payout) error {
+			payouts = append(payouts, p)
+			return nil
+		})
+	if err != nil || len(payouts) != 1 {
+		t.Fatalf("payouts %+v: %v", payouts, err)
+	}
+	path := "/v1/reconciliation/payouts/fake/" + payouts[0].ID
+	res, b = ct.do(t, call{method: "GET", path: path, apiKey: finance})
+	wantStatus(t, res, b, 200)
+	if !strings.Contains(string(b), `"item_count":2`) || !strings.Contains(string(b), `"difference_minor":0`) ||
+		!strings.Contains(string(b), `"payment":null`) {
+		t.Fatalf("payout %s", b)
+	}
+	res, b = ct.do(t, call{method: "GET", path: path + "?limit=1", apiKey: finance})
+	wantStatus(t, res, b, 200)
+	first := decode[struct {
+		Items []struct {
+			ID string `json:"id"`
+		} `json:"items"`
+		HasMore bool `json:"has_more"`
+	}](t, b)
+	if len(first.Items) != 1 || !first.HasMore {
+		t.Fatalf("first page %s", b)
+	}
+	res, b = ct.do(t, call{method: "GET", path: path + "?limit=1&starting_after=" + first.Items[0].ID, apiKey: finance})
+	wantStatus(t, res, b, 200)
+	if !strings.Contains(string(b), `"has_more":false`) || strings.Contains(string(b), first.Items[0].ID) {
+		t.Fatalf("second page %s", b)
+	}
+	res, b = ct.do(t, call{method: "GET", path: "/v1/reconciliation/payouts/fake/fpo_nonesuch", apiKey: finance})
+	wantProblem(t, res, b, 404, "not_found")
+	res, b = ct.do(t, call{method: "GET", path: path + "?limit=0", apiKey: finance, offContract: true})
+	wantProblem(t, res, b, 400, "validation_failed")
 }

@@ -208,3 +208,41 @@ func intParam(v, name string, lo, hi int) (int, error) {
 	}
 	return n, nil
 }
+
+// getSummary: GET /v1/reconciliation/summary?provider=&business_date=,
+// the day's money by currency of the latest succeeded run of it.
+func (s *Server) getSummary(c echo.Context) error {
+	q := c.QueryParams()
+	sum, err := s.rec.DaySummary(c.Request().Context(), q.Get("provider"), q.Get("business_date"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, sum)
+}
+
+// payoutQueryOf reads a payout page's path and query parameters.
+func payoutQueryOf(c echo.Context, after string) (reconcile.PayoutQuery, error) {
+	q := reconcile.PayoutQuery{Connector: c.Param("connector"), PayoutID: c.Param("payout_id"),
+		StartingAfter: c.QueryParam(after)}
+	var err error
+	if q.Limit, err = intParam(c.QueryParam("limit"), "limit", 1, 1000); err != nil {
+		return q, err
+	}
+	return q, q.Validate()
+}
+
+// getPayout: GET /v1/reconciliation/payouts/{connector}/{payout_id}, a
+// page of the payout's items as its connector lists them, each with our
+// payment, and the sum check of all of them. It only reads the
+// connector's listings (reconcile/payoutview.go): no money moves.
+func (s *Server) getPayout(c echo.Context) error {
+	q, err := payoutQueryOf(c, "starting_after")
+	if err != nil {
+		return err
+	}
+	v, err := s.rec.Payout(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}

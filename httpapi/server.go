@@ -304,6 +304,8 @@ func (s *Server) financeRoutes(v1 *echo.Group) {
 	v1.GET("/reconciliation/runs/:id", s.getRun, finance)
 	v1.GET("/reconciliation/runs/:id/discrepancies", s.listDiscrepancies, finance)
 	v1.POST("/reconciliation/discrepancies/:id/resolve", s.resolveDiscrepancy, finance)
+	v1.GET("/reconciliation/summary", s.getSummary, finance)
+	v1.GET("/reconciliation/payouts/:connector/:payout_id", s.getPayout, finance)
 	admin := requireRole(orchestrator.RoleAdmin)
 	v1.GET("/connectors/:name/fees", s.getFeeSchedule, admin)
 	v1.PUT("/connectors/:name/fees", s.putFeeSchedule, admin)

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -180,9 +181,13 @@ func (r *Reconciler) ListDiscrepancies(ctx context.Context, f DiscrepancyFilter)
 	return ds, more, nil
 }
 
-// CSVHeader is the header row of the CSV export.
+// CSVHeader is the header row of the CSV export. detail is the
+// discrepancy's detail as compact JSON: the payout, balance transaction
+// or bank line a settlement or bank finding is about lives there, and
+// finance needs it to act on the row without the API.
 var CSVHeader = []string{"id", "run_id", "category", "tenant_id", "payment_id", "provider_ref", "field", "expected",
-	"actual", "currency", "difference_minor", "change", "created_at", "resolved_at", "resolved_by", "resolution_note"}
+	"actual", "currency", "difference_minor", "change", "created_at", "resolved_at", "resolved_by", "resolution_note",
+	"detail"}
 
 // csvPage is how many discrepancies one query of the CSV export reads.
 const csvPage = 1000
@@ -215,12 +220,6 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
 	}
-	opt := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return csvSafe(*p)
-	}
 	for {
 		q, args, more := pages.next()
 		if !more {
@@ -237,19 +236,7 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 			return fmt.Errorf("reconcile: csv: %w", err)
 		}
 		for _, d := range page {
-			rec := []string{itoa(d.ID), itoa(d.RunID), d.Category, "", opt(d.PaymentID), opt(d.ProviderRef), d.Field,
-				csvSafe(d.Expected), csvSafe(d.Actual), d.Currency, "", d.Change, d.CreatedAt.Format(time.RFC3339), "",
-				opt(d.ResolvedBy), opt(d.ResolutionNote)}
-			if d.TenantID != nil {
-				rec[3] = itoa(*d.TenantID)
-			}
-			if d.DifferenceMinor != nil {
-				rec[10] = itoa(*d.DifferenceMinor)
-			}
-			if d.ResolvedAt != nil {
-				rec[13] = d.ResolvedAt.Format(time.RFC3339)
-			}
-			if err := cw.Write(rec); err != nil {
+			if err := cw.Write(csvRecord(d)); err != nil {
 				return err
 			}
 		}
@@ -259,6 +246,36 @@ func (r *Reconciler) WriteCSV(ctx context.Context, w io.Writer, f DiscrepancyFil
 		}
 		pages.read(page)
 	}
+}
+
+// csvRecord is d's row of the CSV export, in CSVHeader's order.
+func csvRecord(d Discrepancy) []string {
+	opt := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return csvSafe(*p)
+	}
+	rec := []string{itoa(d.ID), itoa(d.RunID), d.Category, "", opt(d.PaymentID), opt(d.ProviderRef), d.Field,
+		csvSafe(d.Expected), csvSafe(d.Actual), d.Currency, "", d.Change, d.CreatedAt.Format(time.RFC3339), "",
+		opt(d.ResolvedBy), opt(d.ResolutionNote), ""}
+	if d.TenantID != nil {
+		rec[3] = itoa(*d.TenantID)
+	}
+	if d.DifferenceMinor != nil {
+		rec[10] = itoa(*d.DifferenceMinor)
+	}
+	if d.ResolvedAt != nil {
+		rec[13] = d.ResolvedAt.Format(time.RFC3339)
+	}
+	if len(d.Detail) > 0 {
+		// A JSON object starts with '{': no formula. Its strings come
+		// from the provider or the bank and stay quoted inside it.
+		if b, err := json.Marshal(d.Detail); err == nil {
+			rec[16] = string(b)
+		}
+	}
+	return rec
 }
 
 // csvPager says which query reads each page of a CSV export.

@@ -2,6 +2,8 @@ package reconcile_test
 
 import (
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"net/http"
@@ -432,6 +434,17 @@ func TestCSVExport(t *testing.T) {
 	}
 	if strings.Contains(lines[1], ",=HYPERLINK") || !strings.Contains(lines[1], "'=HYPERLINK") {
 		t.Fatalf("a formula in a note is not defused: %s", lines[1])
+	}
+	recs, err := csv.NewReader(strings.NewReader(sb.String())).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := recs[0]; h[len(h)-1] != "detail" || len(recs[1]) != len(h) {
+		t.Fatalf("csv header %q, row %q", h, recs[1])
+	}
+	var detail map[string]any
+	if err := json.Unmarshal([]byte(recs[1][len(recs[1])-1]), &detail); err != nil || detail["direction"] != "under" {
+		t.Fatalf("the row's detail %q: %v", recs[1][len(recs[1])-1], err)
 	}
 }
 
