@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,11 +37,17 @@ var (
 // BenchmarkReconcileDay reconciles one day of 1,000,000 captured payments
 // against the fake provider's report of the same day, streamed over
 // loopback HTTP from `payorch fakeprovider` running as its own process (so
-// its million holds do not count against the reconciler), and their money:
-// a charge each, fee-checked against the connector's schedule (the fake's
-// own fees), with its payout terms set. It reports the run's wall time, the
-// peak resident memory of this process during the run (VmHWM, reset before
-// the run) and the peak growth of the Go heap.
+// its holds do not count against the reconciler), and the whole of
+// settlement (seedMoney): the day's million charges fee-checked against
+// the connector's schedule (the fake's own fees), the day's payouts with
+// the million charges of D − 2 they pay as items, those same charges as
+// the late stream (payout terms T+2, no grace) with a million captures of
+// ours to find each one's charge, and the bank step over a statement;
+// one drift is planted per category, and the run must find exactly those.
+// It reports the run's wall time and its phases (settlement's stage, link
+// and judge, and the bank step, within them), the peak resident memory of
+// this process during the run (VmHWM, reset before the run) and the peak
+// growth of the Go heap.
 func BenchmarkReconcileDay(b *testing.B) {
 	n := *dayN
 	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
@@ -53,10 +60,13 @@ func BenchmarkReconcileDay(b *testing.B) {
 	e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": prov},
 		Clock: clk.Now, Logger: slog.New(phases)})
 	seedDay(b, e, n)
-	delay := fake.DefaultPayoutDelayDays
-	terms := reconcile.FeeSchedule{Default: &reconcile.FeeRule{PercentBP: fake.DefaultFeePercentBP, FixedMinor: fake.DefaultFeeFixedMinor},
-		PayoutDelayDays: &delay}
-	if _, err := e.rec.SetFeeSchedule(context.Background(), "fake", terms, "bench"); err != nil {
+	want := []string{"amount_mismatch/captured"}
+	if *dayMoney {
+		seedMoney(b, e, n)
+		want = append(want, benchMoneyFindings...)
+		slices.Sort(want)
+	}
+	if _, err := e.rec.SetFeeSchedule(context.Background(), "fake", benchMoneyTerms(), "bench"); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
@@ -72,9 +82,13 @@ func BenchmarkReconcileDay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if run.LocalCount != int64(n) || run.MatchedCount != int64(n) || run.DiscrepancyCount != 1 ||
+		if run.LocalCount != int64(n) || run.MatchedCount != int64(n) || run.DiscrepancyCount != int64(len(want)) ||
 			*dayMoney && (run.Settlement["EUR"] == nil || run.Settlement["EUR"].ChargeCount != int64(n)) {
 			b.Fatalf("run %+v", run)
+		}
+		ds, _, err := e.rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: run.ID, Limit: 1000})
+		if got := categories(ds); err != nil || got != strings.Join(want, ",") {
+			b.Fatalf("discrepancies %s (%v), want %s", got, err, strings.Join(want, ","))
 		}
 		b.ReportMetric(elapsed.Seconds(), "s/run")
 		b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak_rss_MiB")

@@ -281,5 +281,17 @@ const linkMoneySQL = `
 	WHERE s.run_id = $1 AND s.stream IN ('item', 'late') AND s.hold_ref <> '' AND p.provider = $2
 		AND p.provider_ref = s.hold_ref`
 
+// linkMoney links the run's staged money to our payments (linkMoneySQL);
+// nothing when none was staged (terms nil).
+func linkMoney(ctx context.Context, conn *pgx.Conn, run Run, terms *moneyTerms) error {
+	if terms == nil {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, linkMoneySQL, run.ID, run.Provider); err != nil {
+		return fmt.Errorf("match the provider's money by hold: %w", err)
+	}
+	return nil
+}
+
 // clearMoneySQL deletes the run's staged money.
 const clearMoneySQL = `DELETE FROM reconciliation_money_rows WHERE run_id = $1`
