@@ -169,11 +169,6 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	if err := link(ctx, conn.Conn(), run); err != nil {
 		return result{}, err
 	}
-	stop = clock.part(partSettleLink)
-	if err := linkMoney(ctx, conn.Conn(), run, staged.money); err != nil {
-		return result{}, err
-	}
-	stop()
 	clock.done(phaseMatch)
 	pairsOn := "primary"
 	res, err := r.judgeOnReplica(ctx, conn, run, win, staged, clock)
@@ -260,16 +255,15 @@ func isReplicaFault(err error) bool {
 }
 
 // The parts of phases timed on their own, for the log line: settlement's
-// share of stage, match and pair_and_judge, and the bank step's.
+// share of stage and pair_and_judge, and the bank step's.
 const (
 	partSettleStage = "settle_stage" // the provider's money into staging (stage)
 	partBankRead    = "bank_read"    // the payouts of the bank step read (stage)
-	partSettleLink  = "settle_link"  // the staged money linked to our payments (match)
 	partSettleJudge = "settle_judge" // settlement's rules and sums (pair_and_judge)
 	partBankJudge   = "bank_judge"   // the bank step's matching (pair_and_judge)
 )
 
-var parts = []string{partSettleStage, partBankRead, partSettleLink, partSettleJudge, partBankJudge}
+var parts = []string{partSettleStage, partBankRead, partSettleJudge, partBankJudge}
 
 // phaseClock times the phases of a run, and some parts of them, for its
 // log line.

@@ -15,11 +15,14 @@ package reconcile
 //     judged absent), whose payouts are all due by now, and the payouts
 //     created from X to the end of D, for their statuses.
 //
-// Rows with a hold are linked to our payment by it (payments.provider =
-// the run's provider and provider_ref = the hold), as link does for the
-// report: the payout items and the late day's in link, the day's charges
-// a rule reports when it reports them. Then four rules judge them in SQL, in the run's transaction,
-// their findings streamed through a cursor into the finding writer:
+// A row with a hold is our payment's when payments.provider is the run's
+// provider and provider_ref the hold: each rule joins the payments index
+// for the rows it judges (nothing is written into the staged rows: their
+// matched_tenant_id and matched_payment_id stay empty). Once staged, the
+// money is analyzed, so that the planner knows a day of a million rows
+// from an empty table. Then four rules judge them in SQL, in the run's
+// transaction, their findings streamed through a cursor into the finding
+// writer:
 //
 //   - fee_mismatch: a day's charge whose fee is not the schedule's within
 //     its tolerance (no schedule, or no rule for the currency: not judged);
@@ -146,6 +149,9 @@ func (r *Reconciler) stageSettlement(ctx context.Context, conn *pgx.Conn, prov p
 	if err := r.stageMoney(ctx, conn, prov.(providers.MoneyReporter), run, terms); err != nil {
 		return nil, err
 	}
+	if _, err := conn.Exec(ctx, analyzeMoneySQL); err != nil {
+		return nil, fmt.Errorf("analyze the provider's money: %w", err)
+	}
 	return terms, nil
 }
 
@@ -269,29 +275,10 @@ func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *
 	})
 }
 
-// linkMoneySQL links the staged payout items and late money with a hold
-// to our payment of it on the run's provider: their rules ask whether a
-// row is ours. The day's balance transactions are not linked: only the
-// few a rule reports need their payment, which it looks up itself
-// (feeMismatchesSQL), and rewriting a day of rows costs about as much as
-// the rule that reads them.
-const linkMoneySQL = `
-	UPDATE reconciliation_money_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
-	FROM payments p
-	WHERE s.run_id = $1 AND s.stream IN ('item', 'late') AND s.hold_ref <> '' AND p.provider = $2
-		AND p.provider_ref = s.hold_ref`
-
-// linkMoney links the run's staged money to our payments (linkMoneySQL);
-// nothing when none was staged (terms nil).
-func linkMoney(ctx context.Context, conn *pgx.Conn, run Run, terms *moneyTerms) error {
-	if terms == nil {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, linkMoneySQL, run.ID, run.Provider); err != nil {
-		return fmt.Errorf("match the provider's money by hold: %w", err)
-	}
-	return nil
-}
+// analyzeMoneySQL refreshes the staged money's statistics: the rules'
+// joins are planned for the rows just staged (a sample: well under a
+// second for a million).
+const analyzeMoneySQL = `ANALYZE reconciliation_money_rows`
 
 // clearMoneySQL deletes the run's staged money.
 const clearMoneySQL = `DELETE FROM reconciliation_money_rows WHERE run_id = $1`
