@@ -51,7 +51,8 @@ var (
 func BenchmarkReconcileDay(b *testing.B) {
 	n := *dayN
 	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
-	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}).WithToken(benchFakeToken))
+	fakeURL, fakePID := startFakeProcess(b)
+	e := newEnvWith(b, clk, fake.NewClient(fakeURL, &http.Client{}).WithToken(benchFakeToken))
 	phases := &phaseRecorder{}
 	var prov providers.Provider = e.fc
 	if !*dayMoney {
@@ -75,10 +76,14 @@ func BenchmarkReconcileDay(b *testing.B) {
 		runtime.GC()
 		resetPeakRSS(b)
 		peak := watchHeap()
+		cpu := cpuClocks(b, e, fakePID)
 		start := time.Now()
 		run, err := e.rec.Reconcile(ctx, "fake", day, reconcile.TriggerCLI, "bench")
 		elapsed := time.Since(start)
 		growth := peak()
+		for name, v := range cpu() {
+			b.ReportMetric(v, name)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -180,8 +185,9 @@ func (p *phaseRecorder) last() map[string]float64 {
 const benchFakeToken = "bench"
 
 // startFakeProcess builds payorch and runs `payorch fakeprovider` on a
-// loopback port, with benchFakeToken; it returns the base URL.
-func startFakeProcess(b *testing.B) string {
+// loopback port, with benchFakeToken; it returns the base URL and the
+// process id.
+func startFakeProcess(b *testing.B) (string, int) {
 	b.Helper()
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "payorch")
@@ -211,7 +217,7 @@ func startFakeProcess(b *testing.B) string {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK, fmt.Errorf("healthz %d", res.StatusCode)
 	})
-	return url
+	return url, cmd.Process.Pid
 }
 
 // resetPeakRSS resets this process's VmHWM (Linux).
@@ -279,4 +285,72 @@ func watchHeap() func() uint64 {
 		}
 		return max - base
 	}
+}
+
+// cpuClocks starts counting the CPU time (user and system) of this
+// process, of the fake provider's (pid fake) and of the database's
+// (every process of e's PostgreSQL server: the run's backend among
+// them); the function it returns reports each one's since, in seconds
+// (cpu_self_s, cpu_fake_s, cpu_db_s). On a machine shared with other
+// work the run's wall time varies with the load; the CPU it took varies
+// far less.
+func cpuClocks(b *testing.B, e *env, fake int) func() map[string]float64 {
+	var backend int
+	if err := e.pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		b.Fatal(err)
+	}
+	postmaster := procStat(b, backend).ppid
+	dbCPU := func() float64 {
+		var sum float64
+		ents, _ := os.ReadDir("/proc")
+		for _, ent := range ents {
+			pid, err := strconv.Atoi(ent.Name())
+			if err != nil {
+				continue
+			}
+			if st, ok := readProcStat(pid); ok && (pid == postmaster || st.ppid == postmaster) {
+				sum += st.cpu
+			}
+		}
+		return sum
+	}
+	self0, fake0, db0 := procStat(b, os.Getpid()).cpu, procStat(b, fake).cpu, dbCPU()
+	return func() map[string]float64 {
+		return map[string]float64{"cpu_self_s": procStat(b, os.Getpid()).cpu - self0,
+			"cpu_fake_s": procStat(b, fake).cpu - fake0, "cpu_db_s": dbCPU() - db0}
+	}
+}
+
+// procStatus is what cpuClocks reads of a process: its parent and the CPU
+// time it took so far, in seconds.
+type procStatus struct {
+	ppid int
+	cpu  float64
+}
+
+func procStat(b *testing.B, pid int) procStatus {
+	st, ok := readProcStat(pid)
+	if !ok {
+		b.Fatalf("no /proc/%d/stat", pid)
+	}
+	return st
+}
+
+// readProcStat reads /proc/pid/stat (Linux): the fields after the
+// command's closing parenthesis are state, ppid, … utime (14th), stime
+// (15th), in clock ticks (100 a second).
+func readProcStat(pid int) (procStatus, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStatus{}, false
+	}
+	i := strings.LastIndexByte(string(raw), ')')
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return procStatus{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return procStatus{ppid: ppid, cpu: (utime + stime) / 100}, true
 }
