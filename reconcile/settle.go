@@ -6,7 +6,9 @@ package reconcile
 // (migration 00028), what it needs of it, each row tagged by its stream:
 //
 //   - day: the balance transactions created in the business day [from,
-//     to), no grace (the provider stamps them; a day's money is its own);
+//     to), no grace (the provider stamps them; a day's money is its own),
+//     but for the charges whose fees agree, judged and summed as they
+//     stream by (settleday.go);
 //   - payout and item: the payouts created in the day, and each one's
 //     items (providers.MoneyReporter.PayoutItems);
 //   - late, when the connector's fee schedule states its payout delay N
@@ -36,7 +38,8 @@ package reconcile
 //     that succeeded on day X with no charge at the provider at all.
 //
 // The day's money by currency (Settlement) is summed from the day stream
-// and stored with the run. Nothing here holds a day in memory: the
+// (the staged rows, and the charges held out of staging) and stored with
+// the run. Nothing here holds a day in memory: the
 // provider's listings go straight into COPY, and the rules are sums and
 // anti-joins read FETCH by FETCH.
 //
@@ -101,6 +104,9 @@ type Settlement struct {
 type moneyTerms struct {
 	fees *FeeVersion
 	late *window
+	// tally holds the day's charges that need no staging (settleday.go),
+	// filled while the money is staged.
+	tally *dayTally
 }
 
 // activeFeeScheduleSQL reads a connector's active fee schedule.
@@ -119,7 +125,7 @@ func (r *Reconciler) readMoneyTerms(ctx context.Context, conn *pgx.Conn, prov pr
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[feeRow])
 	switch {
 	case isNoRows(err):
-		return &moneyTerms{}, nil
+		return &moneyTerms{tally: newDayTally(nil)}, nil
 	case err != nil:
 		return nil, fmt.Errorf("read the fee schedule: %w", err)
 	}
@@ -127,7 +133,7 @@ func (r *Reconciler) readMoneyTerms(ctx context.Context, conn *pgx.Conn, prov pr
 	if err != nil {
 		return nil, err
 	}
-	t := &moneyTerms{fees: &v}
+	t := &moneyTerms{fees: &v, tally: newDayTally(&v)}
 	if n := v.Schedule.PayoutDelayDays; n != nil {
 		back := *n + v.Schedule.graceDays()
 		from := run.WindowStart.In(r.loc).AddDate(0, 0, -back)
@@ -233,8 +239,8 @@ func (r *Reconciler) stageMoney(ctx context.Context, conn *pgx.Conn, mr provider
 }
 
 // readMoney reads the run's streams from mr and passes each row to emit:
-// the day's balance transactions, its payouts and their items, then the
-// late day's, when there is one. Only the day's payout ids are held (a
+// the day's balance transactions (those terms.tally takes aside), its
+// payouts and their items, then the late day's, when there is one. Only the day's payout ids are held (a
 // handful a day: one per currency on a daily schedule).
 func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *moneyTerms, emit func([]any) error) error {
 	var seq int64
@@ -245,11 +251,18 @@ func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *
 		}
 	}
 	day := providers.ReportRequest{From: run.WindowStart, To: run.WindowEnd}
-	if err := mr.BalanceTransactions(ctx, day, bt(streamDay)); err != nil {
+	err := mr.BalanceTransactions(ctx, day, func(b providers.BalanceTransaction) error {
+		seq++
+		if terms.tally.take(b) {
+			return nil
+		}
+		return emit(balanceRow(run.ID, seq, streamDay, b))
+	})
+	if err != nil {
 		return err
 	}
 	var payouts []string
-	err := mr.Payouts(ctx, day, func(p providers.Payout) error {
+	err = mr.Payouts(ctx, day, func(p providers.Payout) error {
 		seq++
 		payouts = append(payouts, p.ID)
 		return emit(payoutRow(run.ID, seq, streamPayout, p))

@@ -77,8 +77,10 @@ func (r *Reconciler) judgeSettlement(ctx context.Context, tx pgx.Tx, run Run, te
 		}
 	}
 	var err error
-	st.settlement, err = settlementOf(ctx, tx, run.ID)
-	return err
+	if st.settlement, err = settlementOf(ctx, tx, run.ID); err != nil {
+		return err
+	}
+	return addTally(st.settlement, terms.tally.sums)
 }
 
 // settleWorkMemSQL is the memory each sort or hash of the settlement
