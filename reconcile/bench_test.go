@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,15 +37,22 @@ var (
 // BenchmarkReconcileDay reconciles one day of 1,000,000 captured payments
 // against the fake provider's report of the same day, streamed over
 // loopback HTTP from `payorch fakeprovider` running as its own process (so
-// its million holds do not count against the reconciler), and their money:
-// a charge each, fee-checked against the connector's schedule (the fake's
-// own fees), with its payout terms set. It reports the run's wall time, the
-// peak resident memory of this process during the run (VmHWM, reset before
-// the run) and the peak growth of the Go heap.
+// its holds do not count against the reconciler), and the whole of
+// settlement (seedMoney): the day's million charges fee-checked against
+// the connector's schedule (the fake's own fees), the day's payouts with
+// the million charges of D − 2 they pay as items, those same charges as
+// the late stream (payout terms T+2, no grace) with a million captures of
+// ours to find each one's charge, and the bank step over a statement;
+// one drift is planted per category, and the run must find exactly those.
+// It reports the run's wall time and its phases (settlement's stage, link
+// and judge, and the bank step, within them), the peak resident memory of
+// this process during the run (VmHWM, reset before the run) and the peak
+// growth of the Go heap.
 func BenchmarkReconcileDay(b *testing.B) {
 	n := *dayN
 	clk := testkit.NewClock(dayStart.Add(10 * time.Hour))
-	e := newEnvWith(b, clk, fake.NewClient(startFakeProcess(b), &http.Client{}).WithToken(benchFakeToken))
+	fakeURL, fakePID := startFakeProcess(b)
+	e := newEnvWith(b, clk, fake.NewClient(fakeURL, &http.Client{}).WithToken(benchFakeToken))
 	phases := &phaseRecorder{}
 	var prov providers.Provider = e.fc
 	if !*dayMoney {
@@ -53,10 +61,13 @@ func BenchmarkReconcileDay(b *testing.B) {
 	e.rec = reconcile.New(reconcile.Config{Pool: e.pool, Providers: map[string]providers.Provider{"fake": prov},
 		Clock: clk.Now, Logger: slog.New(phases)})
 	seedDay(b, e, n)
-	delay := fake.DefaultPayoutDelayDays
-	terms := reconcile.FeeSchedule{Default: &reconcile.FeeRule{PercentBP: fake.DefaultFeePercentBP, FixedMinor: fake.DefaultFeeFixedMinor},
-		PayoutDelayDays: &delay}
-	if _, err := e.rec.SetFeeSchedule(context.Background(), "fake", terms, "bench"); err != nil {
+	want := []string{"amount_mismatch/captured"}
+	if *dayMoney {
+		seedMoney(b, e, n)
+		want = append(want, benchMoneyFindings...)
+		slices.Sort(want)
+	}
+	if _, err := e.rec.SetFeeSchedule(context.Background(), "fake", benchMoneyTerms(), "bench"); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
@@ -65,16 +76,24 @@ func BenchmarkReconcileDay(b *testing.B) {
 		runtime.GC()
 		resetPeakRSS(b)
 		peak := watchHeap()
+		cpu := cpuClocks(b, e, fakePID)
 		start := time.Now()
 		run, err := e.rec.Reconcile(ctx, "fake", day, reconcile.TriggerCLI, "bench")
 		elapsed := time.Since(start)
 		growth := peak()
+		for name, v := range cpu() {
+			b.ReportMetric(v, name)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
-		if run.LocalCount != int64(n) || run.MatchedCount != int64(n) || run.DiscrepancyCount != 1 ||
+		if run.LocalCount != int64(n) || run.MatchedCount != int64(n) || run.DiscrepancyCount != int64(len(want)) ||
 			*dayMoney && (run.Settlement["EUR"] == nil || run.Settlement["EUR"].ChargeCount != int64(n)) {
 			b.Fatalf("run %+v", run)
+		}
+		ds, _, err := e.rec.ListDiscrepancies(ctx, reconcile.DiscrepancyFilter{RunID: run.ID, Limit: 1000})
+		if got := categories(ds); err != nil || got != strings.Join(want, ",") {
+			b.Fatalf("discrepancies %s (%v), want %s", got, err, strings.Join(want, ","))
 		}
 		b.ReportMetric(elapsed.Seconds(), "s/run")
 		b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak_rss_MiB")
@@ -166,8 +185,9 @@ func (p *phaseRecorder) last() map[string]float64 {
 const benchFakeToken = "bench"
 
 // startFakeProcess builds payorch and runs `payorch fakeprovider` on a
-// loopback port, with benchFakeToken; it returns the base URL.
-func startFakeProcess(b *testing.B) string {
+// loopback port, with benchFakeToken; it returns the base URL and the
+// process id.
+func startFakeProcess(b *testing.B) (string, int) {
 	b.Helper()
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "payorch")
@@ -197,7 +217,7 @@ func startFakeProcess(b *testing.B) string {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK, fmt.Errorf("healthz %d", res.StatusCode)
 	})
-	return url
+	return url, cmd.Process.Pid
 }
 
 // resetPeakRSS resets this process's VmHWM (Linux).
@@ -265,4 +285,72 @@ func watchHeap() func() uint64 {
 		}
 		return max - base
 	}
+}
+
+// cpuClocks starts counting the CPU time (user and system) of this
+// process, of the fake provider's (pid fake) and of the database's
+// (every process of e's PostgreSQL server: the run's backend among
+// them); the function it returns reports each one's since, in seconds
+// (cpu_self_s, cpu_fake_s, cpu_db_s). On a machine shared with other
+// work the run's wall time varies with the load; the CPU it took varies
+// far less.
+func cpuClocks(b *testing.B, e *env, fake int) func() map[string]float64 {
+	var backend int
+	if err := e.pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		b.Fatal(err)
+	}
+	postmaster := procStat(b, backend).ppid
+	dbCPU := func() float64 {
+		var sum float64
+		ents, _ := os.ReadDir("/proc")
+		for _, ent := range ents {
+			pid, err := strconv.Atoi(ent.Name())
+			if err != nil {
+				continue
+			}
+			if st, ok := readProcStat(pid); ok && (pid == postmaster || st.ppid == postmaster) {
+				sum += st.cpu
+			}
+		}
+		return sum
+	}
+	self0, fake0, db0 := procStat(b, os.Getpid()).cpu, procStat(b, fake).cpu, dbCPU()
+	return func() map[string]float64 {
+		return map[string]float64{"cpu_self_s": procStat(b, os.Getpid()).cpu - self0,
+			"cpu_fake_s": procStat(b, fake).cpu - fake0, "cpu_db_s": dbCPU() - db0}
+	}
+}
+
+// procStatus is what cpuClocks reads of a process: its parent and the CPU
+// time it took so far, in seconds.
+type procStatus struct {
+	ppid int
+	cpu  float64
+}
+
+func procStat(b *testing.B, pid int) procStatus {
+	st, ok := readProcStat(pid)
+	if !ok {
+		b.Fatalf("no /proc/%d/stat", pid)
+	}
+	return st
+}
+
+// readProcStat reads /proc/pid/stat (Linux): the fields after the
+// command's closing parenthesis are state, ppid, … utime (14th), stime
+// (15th), in clock ticks (100 a second).
+func readProcStat(pid int) (procStatus, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStatus{}, false
+	}
+	i := strings.LastIndexByte(string(raw), ')')
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return procStatus{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return procStatus{ppid: ppid, cpu: (utime + stime) / 100}, true
 }

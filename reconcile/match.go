@@ -155,12 +155,16 @@ func (r *Reconciler) match(ctx context.Context, run Run) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	stop := clock.part(partSettleStage)
 	if staged.money, err = r.stageSettlement(ctx, conn.Conn(), prov, run); err != nil {
 		return result{}, err
 	}
+	stop()
+	stop = clock.part(partBankRead)
 	if staged.bank, err = r.readBankDay(ctx, conn.Conn(), run); err != nil {
 		return result{}, err
 	}
+	stop()
 	clock.done(phaseStage)
 	if err := link(ctx, conn.Conn(), run); err != nil {
 		return result{}, err
@@ -223,7 +227,7 @@ func (r *Reconciler) judgeAndFinish(ctx context.Context, conn *pgxpool.Conn, pai
 			return err
 		}
 		w := newFindingWriter(r, tx, run.ID, prev)
-		st, err := r.judgeDay(ctx, tx, pairs(tx), run, staged, w)
+		st, err := r.judgeDay(ctx, tx, pairs(tx), run, staged, w, clock)
 		if err != nil {
 			return err
 		}
@@ -250,14 +254,35 @@ func isReplicaFault(err error) bool {
 	return errors.As(err, &f)
 }
 
-// phaseClock times the phases of a run for its log line.
+// The parts of phases timed on their own, for the log line: settlement's
+// share of stage and pair_and_judge, and the bank step's.
+const (
+	partSettleStage = "settle_stage" // the provider's money into staging (stage)
+	partBankRead    = "bank_read"    // the payouts of the bank step read (stage)
+	partSettleJudge = "settle_judge" // settlement's rules and sums (pair_and_judge)
+	partBankJudge   = "bank_judge"   // the bank step's matching (pair_and_judge)
+)
+
+var parts = []string{partSettleStage, partBankRead, partSettleJudge, partBankJudge}
+
+// phaseClock times the phases of a run, and some parts of them, for its
+// log line.
 type phaseClock struct {
-	mark time.Time
-	took map[string]time.Duration
+	mark  time.Time
+	took  map[string]time.Duration
+	parts map[string]time.Duration
 }
 
 func newPhaseClock() *phaseClock {
-	return &phaseClock{mark: time.Now(), took: map[string]time.Duration{}}
+	return &phaseClock{mark: time.Now(), took: map[string]time.Duration{}, parts: map[string]time.Duration{}}
+}
+
+// part starts timing the part name of the current phase; the function it
+// returns ends it (a part timed again, as when the day is judged again
+// on the primary, keeps its last time).
+func (c *phaseClock) part(name string) func() {
+	start := time.Now()
+	return func() { c.parts[name] = time.Since(start) }
 }
 
 // done ends the phase name: it took the time since the previous one ended.
@@ -268,11 +293,17 @@ func (c *phaseClock) done(name string) {
 }
 
 // attrs are the log attributes of the run's phases: run_id, then
-// <phase>_s in seconds for each phase in order.
+// <phase>_s in seconds for each phase in order, then <part>_s for each
+// part timed.
 func (c *phaseClock) attrs(runID int64) []any {
 	attrs := []any{"run_id", runID}
 	for _, name := range phases {
 		attrs = append(attrs, name+"_s", c.took[name].Seconds())
+	}
+	for _, name := range parts {
+		if d, ok := c.parts[name]; ok {
+			attrs = append(attrs, name+"_s", d.Seconds())
+		}
 	}
 	return attrs
 }
@@ -295,8 +326,8 @@ const linkByPaymentIDSQL = `
 
 // link matches the run's staged provider rows to our payments: by the
 // provider's reference, then by our payment id for the rest, then to the
-// earlier attempts of payments now held elsewhere (attempts.go); and the
-// staged money to our payments by its holds (settle.go).
+// earlier attempts of payments now held elsewhere (attempts.go). The
+// staged money is linked apart (linkMoney).
 func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 	if _, err := conn.Exec(ctx, linkByRefSQL, run.ID, run.Provider); err != nil {
 		return fmt.Errorf("match by reference: %w", err)
@@ -307,9 +338,6 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 	if _, err := conn.Exec(ctx, linkByAttemptSQL, run.ID, run.Provider); err != nil {
 		return fmt.Errorf("match by earlier attempt: %w", err)
 	}
-	if _, err := conn.Exec(ctx, linkMoneySQL, run.ID, run.Provider); err != nil {
-		return fmt.Errorf("match the provider's money by hold: %w", err)
-	}
 	return nil
 }
 
@@ -319,7 +347,7 @@ func link(ctx context.Context, conn *pgx.Conn, run Run) error {
 // (webhook.go), then the provider's money (settle.go). It returns the
 // day's counts, totals and settlement once every finding is stored.
 func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, run Run, staged staged,
-	w *findingWriter) (*stats, error) {
+	w *findingWriter, clock *phaseClock) (*stats, error) {
 	win := runWindow(run)
 	st := newStats(win.from, win.to)
 	st.providerCount += staged.invalidInWindow
@@ -337,12 +365,16 @@ func (r *Reconciler) judgeDay(ctx context.Context, tx pgx.Tx, pairs pairSource, 
 	if err := judgeUnknownWebhooks(ctx, tx, run, win, w); err != nil {
 		return nil, err
 	}
+	stop := clock.part(partSettleJudge)
 	if err := r.judgeSettlement(ctx, tx, run, staged.money, st, w); err != nil {
 		return nil, err
 	}
+	stop()
+	stop = clock.part(partBankJudge)
 	if err := r.judgeBank(ctx, tx, run, staged.bank, w); err != nil {
 		return nil, err
 	}
+	stop()
 	if err := w.flush(ctx); err != nil {
 		return nil, err
 	}

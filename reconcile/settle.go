@@ -6,7 +6,9 @@ package reconcile
 // (migration 00028), what it needs of it, each row tagged by its stream:
 //
 //   - day: the balance transactions created in the business day [from,
-//     to), no grace (the provider stamps them; a day's money is its own);
+//     to), no grace (the provider stamps them; a day's money is its own),
+//     but for the charges whose fees agree, judged and summed as they
+//     stream by (settleday.go);
 //   - payout and item: the payouts created in the day, and each one's
 //     items (providers.MoneyReporter.PayoutItems);
 //   - late, when the connector's fee schedule states its payout delay N
@@ -15,11 +17,14 @@ package reconcile
 //     judged absent), whose payouts are all due by now, and the payouts
 //     created from X to the end of D, for their statuses.
 //
-// Rows with a hold are linked to our payment by it (payments.provider =
-// the run's provider and provider_ref = the hold), as link does for the
-// report: the payout items and the late day's in link, the day's charges
-// a rule reports when it reports them. Then four rules judge them in SQL, in the run's transaction,
-// their findings streamed through a cursor into the finding writer:
+// A row with a hold is our payment's when payments.provider is the run's
+// provider and provider_ref the hold: each rule joins the payments index
+// for the rows it judges (nothing is written into the staged rows: their
+// matched_tenant_id and matched_payment_id stay empty). Once staged, the
+// money is analyzed, so that the planner knows a day of a million rows
+// from an empty table. Then four rules judge them in SQL, in the run's
+// transaction, their findings streamed through a cursor into the finding
+// writer:
 //
 //   - fee_mismatch: a day's charge whose fee is not the schedule's within
 //     its tolerance (no schedule, or no rule for the currency: not judged);
@@ -33,7 +38,8 @@ package reconcile
 //     that succeeded on day X with no charge at the provider at all.
 //
 // The day's money by currency (Settlement) is summed from the day stream
-// and stored with the run. Nothing here holds a day in memory: the
+// (the staged rows, and the charges held out of staging) and stored with
+// the run. Nothing here holds a day in memory: the
 // provider's listings go straight into COPY, and the rules are sums and
 // anti-joins read FETCH by FETCH.
 //
@@ -98,6 +104,9 @@ type Settlement struct {
 type moneyTerms struct {
 	fees *FeeVersion
 	late *window
+	// tally holds the day's charges that need no staging (settleday.go),
+	// filled while the money is staged.
+	tally *dayTally
 }
 
 // activeFeeScheduleSQL reads a connector's active fee schedule.
@@ -116,7 +125,7 @@ func (r *Reconciler) readMoneyTerms(ctx context.Context, conn *pgx.Conn, prov pr
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[feeRow])
 	switch {
 	case isNoRows(err):
-		return &moneyTerms{}, nil
+		return &moneyTerms{tally: newDayTally(nil)}, nil
 	case err != nil:
 		return nil, fmt.Errorf("read the fee schedule: %w", err)
 	}
@@ -124,7 +133,7 @@ func (r *Reconciler) readMoneyTerms(ctx context.Context, conn *pgx.Conn, prov pr
 	if err != nil {
 		return nil, err
 	}
-	t := &moneyTerms{fees: &v}
+	t := &moneyTerms{fees: &v, tally: newDayTally(&v)}
 	if n := v.Schedule.PayoutDelayDays; n != nil {
 		back := *n + v.Schedule.graceDays()
 		from := run.WindowStart.In(r.loc).AddDate(0, 0, -back)
@@ -145,6 +154,9 @@ func (r *Reconciler) stageSettlement(ctx context.Context, conn *pgx.Conn, prov p
 	}
 	if err := r.stageMoney(ctx, conn, prov.(providers.MoneyReporter), run, terms); err != nil {
 		return nil, err
+	}
+	if _, err := conn.Exec(ctx, analyzeMoneySQL); err != nil {
+		return nil, fmt.Errorf("analyze the provider's money: %w", err)
 	}
 	return terms, nil
 }
@@ -227,8 +239,8 @@ func (r *Reconciler) stageMoney(ctx context.Context, conn *pgx.Conn, mr provider
 }
 
 // readMoney reads the run's streams from mr and passes each row to emit:
-// the day's balance transactions, its payouts and their items, then the
-// late day's, when there is one. Only the day's payout ids are held (a
+// the day's balance transactions (those terms.tally takes aside), its
+// payouts and their items, then the late day's, when there is one. Only the day's payout ids are held (a
 // handful a day: one per currency on a daily schedule).
 func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *moneyTerms, emit func([]any) error) error {
 	var seq int64
@@ -239,11 +251,18 @@ func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *
 		}
 	}
 	day := providers.ReportRequest{From: run.WindowStart, To: run.WindowEnd}
-	if err := mr.BalanceTransactions(ctx, day, bt(streamDay)); err != nil {
+	err := mr.BalanceTransactions(ctx, day, func(b providers.BalanceTransaction) error {
+		seq++
+		if terms.tally.take(b) {
+			return nil
+		}
+		return emit(balanceRow(run.ID, seq, streamDay, b))
+	})
+	if err != nil {
 		return err
 	}
 	var payouts []string
-	err := mr.Payouts(ctx, day, func(p providers.Payout) error {
+	err = mr.Payouts(ctx, day, func(p providers.Payout) error {
 		seq++
 		payouts = append(payouts, p.ID)
 		return emit(payoutRow(run.ID, seq, streamPayout, p))
@@ -269,17 +288,10 @@ func readMoney(ctx context.Context, mr providers.MoneyReporter, run Run, terms *
 	})
 }
 
-// linkMoneySQL links the staged payout items and late money with a hold
-// to our payment of it on the run's provider: their rules ask whether a
-// row is ours. The day's balance transactions are not linked: only the
-// few a rule reports need their payment, which it looks up itself
-// (feeMismatchesSQL), and rewriting a day of rows costs about as much as
-// the rule that reads them.
-const linkMoneySQL = `
-	UPDATE reconciliation_money_rows s SET matched_tenant_id = p.tenant_id, matched_payment_id = p.id
-	FROM payments p
-	WHERE s.run_id = $1 AND s.stream IN ('item', 'late') AND s.hold_ref <> '' AND p.provider = $2
-		AND p.provider_ref = s.hold_ref`
+// analyzeMoneySQL refreshes the staged money's statistics: the rules'
+// joins are planned for the rows just staged (a sample: well under a
+// second for a million).
+const analyzeMoneySQL = `ANALYZE reconciliation_money_rows`
 
 // clearMoneySQL deletes the run's staged money.
 const clearMoneySQL = `DELETE FROM reconciliation_money_rows WHERE run_id = $1`

@@ -49,6 +49,11 @@ func (r *Reconciler) judgeSettlement(ctx context.Context, tx pgx.Tx, run Run, te
 	if terms == nil {
 		return nil
 	}
+	// The rules hash a day of holds (the items, the late charges) to
+	// join them: in memory, not in batches spilled to disk.
+	if _, err := tx.Exec(ctx, settleWorkMemSQL); err != nil {
+		return fmt.Errorf("settlement: %w", err)
+	}
 	if terms.fees != nil {
 		if err := judgeFees(ctx, tx, run, terms.fees, w); err != nil {
 			return err
@@ -57,12 +62,12 @@ func (r *Reconciler) judgeSettlement(ctx context.Context, tx pgx.Tx, run Run, te
 	if err := fetchFindings(ctx, tx, w, "unexplained_payouts", unexplainedPayoutsSQL, []any{run.ID}, scanUnexplained); err != nil {
 		return err
 	}
-	if err := fetchFindings(ctx, tx, w, "unknown_items", unknownItemsSQL, []any{run.ID}, scanUnknownItem); err != nil {
+	if err := fetchFindings(ctx, tx, w, "unknown_items", unknownItemsSQL, []any{run.ID, run.Provider}, scanUnknownItem); err != nil {
 		return err
 	}
 	if late := terms.late; late != nil {
 		due := run.WindowEnd.In(r.loc).AddDate(0, 0, -1).Format(time.DateOnly)
-		if err := fetchFindings(ctx, tx, w, "unpaid_charges", unpaidChargesSQL, []any{run.ID, late.from, late.to},
+		if err := fetchFindings(ctx, tx, w, "unpaid_charges", unpaidChargesSQL, []any{run.ID, late.from, late.to, run.Provider},
 			scanUnpaid(late.from, due)); err != nil {
 			return err
 		}
@@ -72,14 +77,20 @@ func (r *Reconciler) judgeSettlement(ctx context.Context, tx pgx.Tx, run Run, te
 		}
 	}
 	var err error
-	st.settlement, err = settlementOf(ctx, tx, run.ID)
-	return err
+	if st.settlement, err = settlementOf(ctx, tx, run.ID); err != nil {
+		return err
+	}
+	return addTally(st.settlement, terms.tally.sums)
 }
+
+// settleWorkMemSQL is the memory each sort or hash of the settlement
+// rules may take, for the rest of the run's transaction.
+const settleWorkMemSQL = `SET LOCAL work_mem = '128MB'`
 
 // feeMismatchesSQL finds the day's charges whose fee is off the schedule
 // by more than its tolerance ($7), each with its payment when the hold is
 // ours on the run's provider ($8), looked up for these charges only (the
-// day's rows are not linked: linkMoneySQL; OFFSET 0 keeps the look-up
+// staged rows are never linked: settle.go; OFFSET 0 keeps the look-up
 // after the filter). The expected fee is FeeSchedule.Expected in SQL: the
 // currency's rule ($2 currencies, $3 basis points, $4 fixed fees), else
 // the default ($5, $6; NULL: none), basis points of the gross rounded
@@ -147,7 +158,7 @@ func judgeFees(ctx context.Context, tx pgx.Tx, run Run, fees *FeeVersion, w *fin
 }
 
 // moneyFinding is a finding about the provider's money: about our payment
-// when the row is linked to one (tenant, payment), with the hold ref when
+// when the row's hold is one of ours (tenant, payment), with the hold ref when
 // it has one, and subject naming the provider's object.
 func moneyFinding(category, field, expected, actual, currency string, tenant *int64, payment *string, ref, subject string) finding {
 	f := finding{Category: category, Field: field, Expected: expected, Actual: actual, Currency: currency,
@@ -194,12 +205,16 @@ func scanUnexplained(row pgx.CollectableRow) (finding, error) {
 }
 
 // unknownItemsSQL finds the items of the day's payouts, charges, refunds
-// and disputes, that belong to no payment of ours on the connector.
+// and disputes, that belong to no payment of ours on the connector ($2):
+// none whose hold they name (an anti-join on the payments index, not a
+// link written into the staged rows first: rewriting a million items
+// costs more than the rule).
 const unknownItemsSQL = `
-	SELECT payout_id, id, type, hold_ref, currency, gross_minor, net_minor
-	FROM reconciliation_money_rows
-	WHERE run_id = $1 AND stream = 'item' AND type IN ('charge', 'refund', 'dispute') AND matched_payment_id IS NULL
-	ORDER BY seq`
+	SELECT s.payout_id, s.id, s.type, s.hold_ref, s.currency, s.gross_minor, s.net_minor
+	FROM reconciliation_money_rows s
+	WHERE s.run_id = $1 AND s.stream = 'item' AND s.type IN ('charge', 'refund', 'dispute')
+		AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider = $2 AND p.provider_ref = s.hold_ref AND s.hold_ref <> '')
+	ORDER BY s.seq`
 
 func scanUnknownItem(row pgx.CollectableRow) (finding, error) {
 	var (
@@ -226,19 +241,31 @@ func scanUnknownItem(row pgx.CollectableRow) (finding, error) {
 // unpaidChargesSQL finds the charges of day X [$2, $3) that no payout
 // created from X to the end of the run's day paid: none at all, or a
 // payout that failed or was canceled, or one created later than that.
+// The payouts listed (a handful, each once: the first listing of an id)
+// are joined as a whole, never looked up per charge, which a day of a
+// million charges cannot afford; each charge found has its payment on the
+// run's provider ($4) looked up when its hold is ours (OFFSET 0 keeps the
+// look-up after the filter).
 const unpaidChargesSQL = `
-	SELECT c.id, c.hold_ref, c.currency, c.gross_minor, c.net_minor, c.payout_id, coalesce(p.status, ''), p.id IS NOT NULL,
-		c.matched_tenant_id, c.matched_payment_id
-	FROM reconciliation_money_rows c
+	SELECT u.id, u.hold_ref, u.currency, u.gross_minor, u.net_minor, u.payout_id, u.status, u.listed, p.tenant_id, p.id
+	FROM (
+		SELECT c.seq, c.id, c.hold_ref, c.currency, c.gross_minor, c.net_minor, c.payout_id,
+			coalesce(po.status, '') AS status, po.id IS NOT NULL AS listed
+		FROM reconciliation_money_rows c
+		LEFT JOIN (
+			SELECT DISTINCT ON (id) id, status FROM reconciliation_money_rows
+			WHERE run_id = $1 AND stream = 'late' AND object = 'payout'
+			ORDER BY id, seq
+		) po ON po.id = c.payout_id AND c.payout_id <> ''
+		WHERE c.run_id = $1 AND c.stream = 'late' AND c.object = 'balance_transaction' AND c.type = 'charge'
+			AND c.created_at >= $2 AND c.created_at < $3
+			AND (c.payout_id = '' OR po.id IS NULL OR po.status IN ('failed', 'canceled'))
+		OFFSET 0
+	) u
 	LEFT JOIN LATERAL (
-		SELECT id, status FROM reconciliation_money_rows
-		WHERE run_id = c.run_id AND stream = 'late' AND object = 'payout' AND id = c.payout_id AND c.payout_id <> ''
-		LIMIT 1
+		SELECT tenant_id, id FROM payments WHERE provider = $4 AND provider_ref = u.hold_ref AND u.hold_ref <> '' LIMIT 1
 	) p ON true
-	WHERE c.run_id = $1 AND c.stream = 'late' AND c.object = 'balance_transaction' AND c.type = 'charge'
-		AND c.created_at >= $2 AND c.created_at < $3
-		AND (c.payout_id = '' OR p.id IS NULL OR p.status IN ('failed', 'canceled'))
-	ORDER BY c.seq`
+	ORDER BY u.seq`
 
 // scanUnpaid makes a not_paid_out of a charge of day x that was due in a
 // payout by the day due.
@@ -282,9 +309,10 @@ func scanUnpaid(x time.Time, due string) func(pgx.CollectableRow) (finding, erro
 
 // unchargedCapturesSQL finds our captures on the run's provider ($2) that
 // succeeded on day X [$3, $4) and for which the provider booked no charge
-// in X and its margins: none of the payment's, or, when the provider
+// in X and its margins: none on the payment's hold, or, when the provider
 // names the request that made each charge (operation_key), none of this
-// capture's.
+// capture's. A charge is the payment's when it names the payment's hold
+// on the provider, as for the other rules.
 const unchargedCapturesSQL = `
 	SELECT o.tenant_id, o.payment_id, o.id, o.forwarded_key, o.amount_minor, p.provider_ref, p.currency
 	FROM payment_operations o
@@ -294,7 +322,7 @@ const unchargedCapturesSQL = `
 		AND NOT EXISTS (
 			SELECT 1 FROM reconciliation_money_rows c
 			WHERE c.run_id = $1 AND c.stream = 'late' AND c.object = 'balance_transaction' AND c.type = 'charge'
-				AND c.matched_tenant_id = o.tenant_id AND c.matched_payment_id = o.payment_id
+				AND c.hold_ref = p.provider_ref AND c.hold_ref <> ''
 				AND (c.operation_key = '' OR c.operation_key = o.forwarded_key))
 	ORDER BY o.created_at, o.tenant_id, o.id`
 
