@@ -87,12 +87,6 @@ func (t *dayTally) take(b providers.BalanceTransaction) bool {
 	return true
 }
 
-// addInt64 is a + b, and false when it overflows.
-func addInt64(a, b int64) (int64, bool) {
-	s := a + b
-	return s, (b >= 0) == (s >= a)
-}
-
 // addTally adds the held-out charges' sums to the staged rows' (by
 // currency); an error when a sum leaves int64, as settlementSQL's would.
 func addTally(out map[string]*Settlement, tally map[string]*Settlement) error {
