@@ -118,14 +118,9 @@ func (s *Server) listBankStatements(c echo.Context) error {
 	q := c.QueryParams()
 	f := reconcile.StatementFilter{Account: q.Get("account")}
 	var err error
-	if f.Limit, err = intParam(q.Get("limit"), "limit", 1, 100); err != nil {
+	if f.Limit, f.StartingAfter, err = pageParams(q, 100); err != nil {
 		return err
 	}
-	after, err := intParam(q.Get("starting_after"), "starting_after", 1, 1<<62)
-	if err != nil {
-		return err
-	}
-	f.StartingAfter = int64(after)
 	sts, more, err := s.rec.ListStatements(c.Request().Context(), f)
 	if err != nil {
 		return err

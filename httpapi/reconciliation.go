@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -78,14 +79,9 @@ func (s *Server) listRuns(c echo.Context) error {
 		f.Date = v
 	}
 	var err error
-	if f.Limit, err = intParam(q.Get("limit"), "limit", 1, 100); err != nil {
+	if f.Limit, f.StartingAfter, err = pageParams(q, 100); err != nil {
 		return err
 	}
-	after, err := intParam(q.Get("starting_after"), "starting_after", 1, 1<<62)
-	if err != nil {
-		return err
-	}
-	f.StartingAfter = int64(after)
 	runs, more, err := s.rec.ListRuns(c.Request().Context(), f)
 	if err != nil {
 		return err
@@ -115,14 +111,9 @@ func (s *Server) listDiscrepancies(c echo.Context) error {
 	}
 	q := c.QueryParams()
 	f := reconcile.DiscrepancyFilter{RunID: id, Category: q.Get("type"), State: q.Get("status"), Change: q.Get("change")}
-	if f.Limit, err = intParam(q.Get("limit"), "limit", 1, 1000); err != nil {
+	if f.Limit, f.StartingAfter, err = pageParams(q, 1000); err != nil {
 		return err
 	}
-	after, err := intParam(q.Get("starting_after"), "starting_after", 1, 1<<62)
-	if err != nil {
-		return err
-	}
-	f.StartingAfter = int64(after)
 	if err := f.Validate(); err != nil {
 		return err
 	}
@@ -198,6 +189,16 @@ func idParam(c echo.Context, what string) (int64, error) {
 
 // intParam parses an optional integer query parameter within [lo, hi];
 // absent is 0.
+// pageParams reads a list's limit (1 to maxLimit; 0 when absent: the
+// list's default) and starting_after (a positive id; 0 when absent).
+func pageParams(q url.Values, maxLimit int) (limit int, after int64, err error) {
+	if limit, err = intParam(q.Get("limit"), "limit", 1, maxLimit); err != nil {
+		return 0, 0, err
+	}
+	a, err := intParam(q.Get("starting_after"), "starting_after", 1, 1<<62)
+	return limit, int64(a), err
+}
+
 func intParam(v, name string, lo, hi int) (int, error) {
 	if v == "" {
 		return 0, nil
